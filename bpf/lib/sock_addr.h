@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
+/* connect4/6 and sendmsg4/6: judge the destination the caller named, before
+ * the kernel does anything with it.  With on-deny=reject the call fails with
+ * EPERM at once; with on-deny=drop the call proceeds and the skb backstop
+ * drops every packet, which is what the seeds' nftables sidecar looked like
+ * to a client (a hang until its own timeout). */
+#ifndef EGRESSD_BPF_LIB_SOCK_ADDR_H
+#define EGRESSD_BPF_LIB_SOCK_ADDR_H
+
+#include "lib/maps.h"
+#include "lib/addr.h"
+#include "lib/sandbox.h"
+#include "lib/verdict.h"
+
+#define EGR_SOCK_ADDR_ALLOW 1
+#define EGR_SOCK_ADDR_REJECT 0
+
+/* is_v4 is a constant per program: each SEC() wrapper gets straight-line
+ * context reads (the verifier rejects a computed context pointer). */
+static __always_inline void egr_sock_addr_dst(struct bpf_sock_addr *ctx, int is_v4,
+					      struct egr_addr *a)
+{
+	if (is_v4) {
+		egr_addr_from_v4(a, ctx->user_ip4);
+		return;
+	}
+	a->w[0] = ctx->user_ip6[0];
+	a->w[1] = ctx->user_ip6[1];
+	a->w[2] = ctx->user_ip6[2];
+	a->w[3] = ctx->user_ip6[3];
+}
+
+static __always_inline int egr_in_foreign_netns(struct bpf_sock_addr *ctx)
+{
+	const struct egr_config_val *cfg = egr_config();
+
+	/* Without a configured node netns every netns is governed (fail closed). */
+	if (!cfg || !cfg->node_netns_cookie)
+		return 0;
+	return bpf_get_netns_cookie(ctx) != cfg->node_netns_cookie;
+}
+
+enum egr_note {
+	EGR_NOTE_CONNECT_ALLOWED, /* connect() allowed: remember the destination */
+	EGR_NOTE_CONNECT_DENIED,  /* connect() denied: forget any earlier one */
+	EGR_NOTE_SENDMSG,         /* sendmsg() to an address: not a connection */
+};
+
+/* Remembers what connect() decided, so the backstop recognises the packets of
+ * an allowed connection and knows a TCP socket was actively opened (a TCP
+ * socket with no record was never connect()ed: it is a listener or accepted). */
+static __always_inline void egr_note_socket(struct bpf_sock_addr *ctx,
+					    const struct egr_cgroup_val *sb,
+					    const struct egr_addr *a,
+					    enum egr_note note, int foreign)
+{
+	struct bpf_sock *sk = ctx->sk;
+	struct egr_sock_val *st;
+	__u16 netns_flag = foreign ? EGR_SOCK_FOREIGN_NETNS : 0;
+
+	if (!sk)
+		return;
+	st = bpf_sk_storage_get(&egr_sock_v1, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st)
+		return;
+	switch (note) {
+	case EGR_NOTE_CONNECT_ALLOWED:
+		__builtin_memcpy(st->addr, a->b, 16);
+		st->port = (__u16)ctx->user_port;
+		st->policy_id = sb->policy_id;
+		st->sandbox_id = sb->sandbox_id;
+		st->flags = EGR_SOCK_ACTIVE | EGR_SOCK_CONNECTED | netns_flag;
+		break;
+	case EGR_NOTE_CONNECT_DENIED:
+		st->flags = EGR_SOCK_ACTIVE | netns_flag;
+		break;
+	case EGR_NOTE_SENDMSG:
+		st->flags |= EGR_SOCK_ACTIVE | netns_flag;
+		break;
+	}
+}
+
+static __always_inline int egr_sock_addr_decide(struct bpf_sock_addr *ctx, int is_v4,
+						int is_connect)
+{
+	struct egr_cgroup_val *sb = egr_sandbox_of_current();
+	struct egr_policy_val *pol;
+	struct egr_addr dst;
+	int verdict, foreign;
+	__u16 port;
+
+	if (!sb)
+		return EGR_SOCK_ADDR_ALLOW; /* not a sandbox: untouched */
+
+	if (sb->kind != EGR_CG_SANDBOX) {
+		/* Below a contained root and not (yet) registered: no egress. */
+		egr_count(EGR_STAT_CONTAINED_DENY);
+		return EGR_SOCK_ADDR_REJECT;
+	}
+
+	egr_sock_addr_dst(ctx, is_v4, &dst);
+	port = bpf_ntohs((__u16)ctx->user_port);
+	foreign = egr_in_foreign_netns(ctx);
+
+	pol = bpf_map_lookup_elem(&egr_policy_v1, &sb->policy_id);
+	if (!pol)
+		verdict = EGR_VERDICT_DENY; /* a dangling policy id fails closed */
+	else if (foreign && egr_addr_is_loopback(&dst))
+		verdict = EGR_VERDICT_ALLOW; /* stays inside the sandbox's own netns */
+	else
+		verdict = egr_judge(sb, pol, &dst, port);
+
+	egr_count(is_connect ? (verdict ? EGR_STAT_CONNECT_ALLOW : EGR_STAT_CONNECT_DENY)
+			     : (verdict ? EGR_STAT_SENDMSG_ALLOW : EGR_STAT_SENDMSG_DENY));
+
+	if (verdict == EGR_VERDICT_ALLOW) {
+		egr_note_socket(ctx, sb, &dst,
+				is_connect ? EGR_NOTE_CONNECT_ALLOWED : EGR_NOTE_SENDMSG, foreign);
+		return EGR_SOCK_ADDR_ALLOW;
+	}
+	egr_note_socket(ctx, sb, &dst,
+			is_connect ? EGR_NOTE_CONNECT_DENIED : EGR_NOTE_SENDMSG, foreign);
+	if (pol && pol->deny_action == EGR_ACTION_DROP)
+		return EGR_SOCK_ADDR_ALLOW; /* the backstop drops its packets */
+	return EGR_SOCK_ADDR_REJECT;
+}
+
+#endif

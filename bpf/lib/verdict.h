@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
+/* The policy decision for one destination, shared by every hook.
+ * Order: protected ranges, then allowed entries (CIDRs, then addresses the
+ * DNS proxy resolved for this sandbox), then the policy's default. */
+#ifndef EGRESSD_BPF_LIB_VERDICT_H
+#define EGRESSD_BPF_LIB_VERDICT_H
+
+#include "lib/maps.h"
+#include "lib/addr.h"
+
+/* Port 0 means "no port" (ICMP, non-first fragments): it matches only an
+ * entry that allows every port. */
+static __always_inline int egr_ports_allow(const struct egr_allow_val *v, __u16 port)
+{
+	__u32 n = v->nranges;
+
+	if (n == 0)
+		return 1;
+	for (__u32 i = 0; i < EGR_MAX_PORT_RANGES; i++) {
+		if (i >= n)
+			break;
+		if (port && port >= v->ranges[i].first && port <= v->ranges[i].last)
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline int egr_v4_protected(__u32 policy_id, __u32 ip4_be)
+{
+	struct egr_lpm4_key k = {
+		.prefixlen = 64,
+		.policy_id = bpf_htonl(policy_id),
+	};
+
+	__builtin_memcpy(k.addr, &ip4_be, 4);
+	return bpf_map_lookup_elem(&egr_prot4_v1, &k) != NULL;
+}
+
+static __always_inline int egr_v4_allowed(__u32 policy_id, __u32 ip4_be, __u16 port)
+{
+	struct egr_lpm4_key k = {
+		.prefixlen = 64,
+		.policy_id = bpf_htonl(policy_id),
+	};
+	struct egr_allow_val *v;
+
+	__builtin_memcpy(k.addr, &ip4_be, 4);
+	v = bpf_map_lookup_elem(&egr_allow4_v1, &k);
+	return v && egr_ports_allow(v, port);
+}
+
+static __always_inline int egr_v6_protected(__u32 policy_id, const struct egr_addr *a)
+{
+	struct egr_lpm6_key k = {
+		.prefixlen = 160,
+		.policy_id = bpf_htonl(policy_id),
+	};
+
+	__builtin_memcpy(k.addr, a->b, 16);
+	return bpf_map_lookup_elem(&egr_prot6_v1, &k) != NULL;
+}
+
+static __always_inline int egr_v6_allowed(__u32 policy_id, const struct egr_addr *a, __u16 port)
+{
+	struct egr_lpm6_key k = {
+		.prefixlen = 160,
+		.policy_id = bpf_htonl(policy_id),
+	};
+	struct egr_allow_val *v;
+
+	__builtin_memcpy(k.addr, a->b, 16);
+	v = bpf_map_lookup_elem(&egr_allow6_v1, &k);
+	return v && egr_ports_allow(v, port);
+}
+
+static __always_inline int egr_resolved_allowed(__u64 sandbox_id, const struct egr_addr *a)
+{
+	struct egr_resolved_key k = { .sandbox_id = sandbox_id };
+	struct egr_resolved_val *v;
+
+	__builtin_memcpy(k.addr, a->b, 16);
+	v = bpf_map_lookup_elem(&egr_resolved_v1, &k);
+	return v && v->expires_boot_ns > bpf_ktime_get_boot_ns();
+}
+
+/* Returns enum egr_verdict.  port is in host order. */
+static __always_inline int egr_judge(const struct egr_cgroup_val *sb,
+				     const struct egr_policy_val *pol,
+				     const struct egr_addr *a, __u16 port)
+{
+	__u32 pid = sb->policy_id;
+
+	if (egr_addr_is_v4(a)) {
+		if (egr_v4_protected(pid, a->w[3]))
+			return EGR_VERDICT_DENY;
+		if (egr_v4_allowed(pid, a->w[3], port))
+			return EGR_VERDICT_ALLOW;
+	} else {
+		if (egr_addr_is_nat64(a) && egr_v4_protected(pid, a->w[3]))
+			return EGR_VERDICT_DENY;
+		if (egr_v6_protected(pid, a))
+			return EGR_VERDICT_DENY;
+		if (egr_v6_allowed(pid, a, port))
+			return EGR_VERDICT_ALLOW;
+	}
+	if (egr_resolved_allowed(sb->sandbox_id, a))
+		return EGR_VERDICT_ALLOW;
+	return pol->default_verdict == EGR_VERDICT_ALLOW ? EGR_VERDICT_ALLOW
+							  : EGR_VERDICT_DENY;
+}
+
+#endif

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
+/*
+ * The one ABI shared by the BPF programs (bpf/) and the C++ control plane.
+ * Every struct here is laid out with fixed-width types and explicit padding;
+ * tests/unit/abi_layout_test.cc pins the sizes and offsets.  Any layout change
+ * bumps EGR_ABI_VERSION and the _vN suffix of every map whose layout changed,
+ * so an old pinned map is never reused with a new layout.
+ *
+ * Byte order: addresses are stored in network order (as on the wire); ports in
+ * port ranges are stored in host order (compared after bpf_ntohs).
+ */
+#ifndef EGRESSD_MAPS_EGRESSD_ABI_H
+#define EGRESSD_MAPS_EGRESSD_ABI_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#define EGR_ABI_VERSION 1
+
+/* Map names (BPF object names are at most 15 characters). */
+#define EGR_MAP_CGROUPS "egr_cgroups_v1"
+#define EGR_MAP_POLICY "egr_policy_v1"
+#define EGR_MAP_ALLOW4 "egr_allow4_v1"
+#define EGR_MAP_ALLOW6 "egr_allow6_v1"
+#define EGR_MAP_PROT4 "egr_prot4_v1"
+#define EGR_MAP_PROT6 "egr_prot6_v1"
+#define EGR_MAP_RESOLVED "egr_resolved_v1"
+#define EGR_MAP_SOCK "egr_sock_v1"
+#define EGR_MAP_CONFIG "egr_config_v1"
+#define EGR_MAP_STATS "egr_stats_v1"
+
+/* Capacities.  LPM tries and hashes are allocated on demand (no prealloc). */
+#define EGR_MAX_CGROUPS 65536
+#define EGR_MAX_POLICIES 65536
+#define EGR_MAX_ALLOW4 (1u << 20)
+#define EGR_MAX_ALLOW6 (1u << 18)
+#define EGR_MAX_PROT 16384
+#define EGR_MAX_RESOLVED (1u << 20)
+
+/* Deepest cgroup level the sandbox lookup walks (level 0 is the root). */
+#define EGR_MAX_CGROUP_DEPTH 24
+
+/* ---- egr_cgroups_v1: cgroup id -> what egressd knows of that cgroup ---- */
+enum egr_cgroup_kind {
+	EGR_CG_SANDBOX = 1,        /* a registered sandbox, judged by policy_id */
+	EGR_CG_CONTAINED_ROOT = 2, /* unregistered descendants get no egress */
+};
+
+struct egr_cgroup_val {
+	__u32 kind;      /* enum egr_cgroup_kind */
+	__u32 policy_id; /* EGR_CG_SANDBOX: the policy in force */
+	__u64 sandbox_id; /* id that keys per-sandbox state (resolved names) */
+};
+
+/* ---- egr_policy_v1: policy id -> header of one compiled policy ---- */
+enum egr_verdict {
+	EGR_VERDICT_DENY = 0,
+	EGR_VERDICT_ALLOW = 1,
+};
+
+enum egr_deny_action {
+	EGR_ACTION_REJECT = 0, /* connect()/sendmsg() fail at once with EPERM */
+	EGR_ACTION_DROP = 1,   /* packets vanish; the caller sees success/timeout */
+};
+
+struct egr_policy_val {
+	__u8 default_verdict; /* enum egr_verdict */
+	__u8 deny_action;     /* enum egr_deny_action */
+	__u8 flags;           /* reserved, 0 */
+	__u8 pad0;
+	__u32 refcount;       /* control plane only: sandboxes pointing here */
+	__u64 content_hash;   /* control plane only: identical policies share */
+};
+
+/* ---- LPM tries: (policy id, prefix) -> entry ----
+ * prefixlen counts the 32 bits of policy_id, so one trie serves every policy
+ * and a lookup can never match another policy's entry. */
+struct egr_lpm4_key {
+	__u32 prefixlen; /* 32 + CIDR prefix length */
+	__u32 policy_id; /* network order, so it is the leading prefix bits */
+	__u8 addr[4];
+};
+
+struct egr_lpm6_key {
+	__u32 prefixlen; /* 32 + CIDR prefix length */
+	__u32 policy_id; /* network order */
+	__u8 addr[16];
+};
+
+#define EGR_MAX_PORT_RANGES 8
+
+struct egr_port_range {
+	__u16 first; /* host order, inclusive */
+	__u16 last;  /* host order, inclusive */
+};
+
+/* An allowed prefix.  nranges == 0 allows every port; otherwise only the
+ * listed ranges (the control plane folds covering entries' ports into a more
+ * specific entry, because an LPM lookup sees only the longest match). */
+struct egr_allow_val {
+	__u32 nranges;
+	__u32 flags; /* reserved, 0 */
+	struct egr_port_range ranges[EGR_MAX_PORT_RANGES];
+};
+
+/* A protected prefix: denied whatever else the policy says. */
+struct egr_prot_val {
+	__u32 flags; /* reserved, 0 */
+};
+
+/* ---- egr_resolved_v1: (sandbox, address) -> allowed until expiry ----
+ * Filled by the DNS proxy with the answers to names the policy allows. */
+struct egr_resolved_key {
+	__u64 sandbox_id;
+	__u8 addr[16]; /* IPv4 as ::ffff:a.b.c.d */
+};
+
+struct egr_resolved_val {
+	__u64 expires_boot_ns; /* bpf_ktime_get_boot_ns() deadline */
+	__u32 name_id;         /* which allowed name produced it (audit) */
+	__u32 pad0;
+};
+
+/* ---- egr_sock_v1 (socket storage): what connect/sendmsg decided ---- */
+enum egr_sock_flags {
+	EGR_SOCK_ACTIVE = 1 << 0,        /* went through connect()/sendmsg() */
+	EGR_SOCK_CONNECTED = 1 << 1,     /* addr/port were allowed at connect() */
+	EGR_SOCK_FOREIGN_NETNS = 1 << 2, /* socket lives outside the node netns */
+};
+
+struct egr_sock_val {
+	__u8 addr[16];   /* connected destination, IPv4 as ::ffff:a.b.c.d */
+	__u16 port;      /* network order */
+	__u16 flags;     /* enum egr_sock_flags */
+	__u32 policy_id; /* policy that allowed it; a flip re-judges */
+	__u64 sandbox_id;
+	__u64 pad0;
+};
+
+/* ---- egr_config_v1 (array of 1): node-wide settings ---- */
+struct egr_config_val {
+	__u64 node_netns_cookie; /* netns whose loopback the policy governs */
+	__u32 flags;             /* reserved, 0 */
+	__u32 pad0;
+};
+
+/* ---- egr_stats_v1 (per-CPU array): decision counters ---- */
+enum egr_stat {
+	EGR_STAT_CONNECT_ALLOW = 0,
+	EGR_STAT_CONNECT_DENY,
+	EGR_STAT_SENDMSG_ALLOW,
+	EGR_STAT_SENDMSG_DENY,
+	EGR_STAT_SKB_PASS,
+	EGR_STAT_SKB_DROP,
+	EGR_STAT_CONTAINED_DENY,
+	EGR_STAT_MAX,
+};
+
+#endif /* EGRESSD_MAPS_EGRESSD_ABI_H */
