@@ -1,0 +1,173 @@
+#include "loader/loader.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "egressd.skel.h"
+#include "loader/errors.h"
+#include "loader/probe.h"
+#include "loader/self_test.h"
+#include "loader/unique_fd.h"
+#include "maps/egressd_abi.h"
+#include "maps/pinned_maps.h"
+#include "maps/sandbox_table.h"
+
+namespace egressd {
+namespace {
+
+struct SkelDeleter {
+  void operator()(egressd_bpf* s) const { egressd_bpf__destroy(s); }
+};
+using Skeleton = std::unique_ptr<egressd_bpf, SkelDeleter>;
+
+struct LinkDeleter {
+  void operator()(bpf_link* l) const { bpf_link__destroy(l); }
+};
+using Link = std::unique_ptr<bpf_link, LinkDeleter>;
+
+// The programs and where their links are pinned.  Order matters only for
+// readability of `bpftool cgroup tree`.
+std::vector<std::pair<std::string, bpf_program*>> Programs(egressd_bpf* s) {
+  return {{"egr_connect4", s->progs.egr_connect4}, {"egr_connect6", s->progs.egr_connect6},
+          {"egr_sendmsg4", s->progs.egr_sendmsg4}, {"egr_sendmsg6", s->progs.egr_sendmsg6},
+          {"egr_skb_egress", s->progs.egr_skb_egress}};
+}
+
+const char* kProgramNames[] = {"egr_connect4", "egr_connect6", "egr_sendmsg4", "egr_sendmsg6",
+                               "egr_skb_egress"};
+
+std::string LinkDir(const Paths& p) { return p.pin_root + "/links"; }
+std::string LinkPin(const Paths& p, const std::string& prog) { return LinkDir(p) + "/" + prog; }
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
+absl::Status WriteConfig(const Paths& paths) {
+  EGR_ASSIGN_OR_RETURN(auto maps, maps::PinnedMaps::Open(paths.pin_root));
+  uint32_t zero = 0;
+  egr_config_val cfg{};
+  // The node netns is decided once, by the first load; a reload (perhaps run
+  // from elsewhere) keeps it.
+  if (bpf_map_lookup_elem(maps.config(), &zero, &cfg) == 0 && cfg.node_netns_cookie != 0) {
+    return absl::OkStatus();
+  }
+  EGR_ASSIGN_OR_RETURN(uint64_t cookie, NetnsCookieOf(paths.node_netns));
+  cfg.node_netns_cookie = cookie;
+  if (bpf_map_update_elem(maps.config(), &zero, &cfg, BPF_ANY) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("update ", EGR_MAP_CONFIG));
+  }
+  return absl::OkStatus();
+}
+
+// Swaps the program behind an existing pinned link, or attaches and pins.
+absl::Status AttachOrUpdate(const Paths& paths, const std::string& name, bpf_program* prog,
+                            int cgroup_fd, LoadReport& report) {
+  std::string pin = LinkPin(paths, name);
+  if (Exists(pin)) {
+    Link link(bpf_link__open(pin.c_str()));
+    if (link && bpf_link__update_program(link.get(), prog) == 0) {
+      report.links_updated++;
+      return absl::OkStatus();
+    }
+    // A pin whose link no longer works (e.g. its cgroup vanished): replace it.
+    spdlog::warn("pinned link {} unusable ({}); re-attaching", pin, std::strerror(errno));
+    unlink(pin.c_str());
+  }
+  Link link(bpf_program__attach_cgroup(prog, cgroup_fd));
+  if (!link) return ErrnoStatus(errno, absl::StrCat("attach ", name, " to the cgroup2 root"));
+  if (int r = bpf_link__pin(link.get(), pin.c_str()); r != 0) {
+    return LibbpfStatus(r, absl::StrCat("pin link ", pin));
+  }
+  report.links_attached++;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsLoaded(const Paths& paths) {
+  for (const char* name : kProgramNames) {
+    if (!Exists(LinkPin(paths, name))) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const PinLock&) {
+  EGR_RETURN_IF_ERROR(RequireKernel(paths));
+  EGR_ASSIGN_OR_RETURN(std::string cg_root, FindCgroup2Mount());
+  EGR_RETURN_IF_ERROR(MakeDirs(LinkDir(paths), 0700));
+
+  DECLARE_LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = paths.pin_root.c_str());
+  Skeleton skel(egressd_bpf__open_opts(&opts));
+  if (!skel) return ErrnoStatus(errno, "open BPF skeleton");
+  if (int r = egressd_bpf__load(skel.get()); r != 0) {
+    return LibbpfStatus(r, absl::StrCat("load BPF programs (maps pinned under ", paths.pin_root,
+                                        "; a map whose layout changed needs a new _vN name)"));
+  }
+  EGR_RETURN_IF_ERROR(WriteConfig(paths));
+
+  UniqueFd cg(open(cg_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!cg.valid()) return ErrnoStatus(errno, absl::StrCat("open cgroup2 root ", cg_root));
+  LoadReport report;
+  for (const auto& [name, prog] : Programs(skel.get())) {
+    EGR_RETURN_IF_ERROR(AttachOrUpdate(paths, name, prog, cg.get(), report));
+  }
+  spdlog::info("egressd programs in force at {} ({} attached, {} updated in place), pins under {}",
+               cg_root, report.links_attached, report.links_updated, paths.pin_root);
+  EGR_RETURN_IF_ERROR(RunSelfTest(paths));
+  return report;
+}
+
+absl::Status UnloadEnforcement(const Paths& paths, const PinLock&, bool force) {
+  if (auto maps = maps::PinnedMaps::Open(paths.pin_root); maps.ok()) {
+    maps::SandboxTable table(*maps);
+    EGR_ASSIGN_OR_RETURN(auto entries, table.List());
+    int sandboxes = 0;
+    for (const auto& e : entries) sandboxes += e.value.kind == EGR_CG_SANDBOX;
+    if (sandboxes > 0 && !force) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          sandboxes, " sandbox(es) are registered; unloading would leave them unenforced. "
+                     "Remove them first or pass --force"));
+    }
+  }
+  for (const char* name : kProgramNames) {
+    std::string pin = LinkPin(paths, name);
+    UniqueFd fd(bpf_obj_get(pin.c_str()));
+    if (fd.valid() && bpf_link_detach(fd.get()) != 0 && errno != EINVAL) {
+      return ErrnoStatus(errno, absl::StrCat("detach link ", pin));
+    }
+    if (unlink(pin.c_str()) != 0 && errno != ENOENT) return ErrnoStatus(errno, absl::StrCat("unpin ", pin));
+  }
+  rmdir(LinkDir(paths).c_str());
+  // The maps go with the links: their pins are the only references left.
+  if (DIR* d = opendir(paths.pin_root.c_str())) {
+    std::vector<std::string> pins;
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n.rfind("egr_", 0) == 0) pins.push_back(paths.pin_root + "/" + n);
+    }
+    closedir(d);
+    for (const auto& p : pins) {
+      if (unlink(p.c_str()) != 0 && errno != ENOENT) return ErrnoStatus(errno, absl::StrCat("unpin ", p));
+    }
+  }
+  if (rmdir(paths.pin_root.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus(errno, absl::StrCat("remove pin dir ", paths.pin_root, " (unexpected pins left?)"));
+  }
+  spdlog::info("egressd unloaded: links detached, pins under {} removed", paths.pin_root);
+  return absl::OkStatus();
+}
+
+}  // namespace egressd

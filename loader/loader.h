@@ -1,0 +1,31 @@
+// Loading, upgrading and unloading egressd's programs.  Programs are attached
+// at the cgroup2 root with bpf_link (multi-attach: they run alongside other
+// cgroup programs) and links and maps are pinned under Paths::pin_root, so
+// enforcement stays in force when the loading process exits or is killed.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "loader/environment.h"
+#include "loader/pin_lock.h"
+
+namespace egressd {
+
+struct LoadReport {
+  int links_attached = 0;  // new attachments
+  int links_updated = 0;   // existing links switched to the new programs in place
+};
+
+// Idempotent: a second load reuses the pinned maps (their entries survive) and
+// swaps each pinned link's program atomically, so there is no window without
+// enforcement.  Probes the kernel first and self-tests after.  Caller holds
+// the pin lock.
+absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const PinLock& lock);
+
+// Detaches every link and removes the pins.  Refuses while sandboxes are
+// registered unless force.  Caller holds the pin lock.
+absl::Status UnloadEnforcement(const Paths& paths, const PinLock& lock, bool force);
+
+// All links pinned: enforcement is in force.
+bool IsLoaded(const Paths& paths);
+
+}  // namespace egressd

@@ -1,0 +1,60 @@
+#include "loader/probe.h"
+
+#include <bpf/libbpf.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace egressd {
+namespace {
+
+ProbeItem ProgType(const char* what, bpf_prog_type t) {
+  int r = libbpf_probe_bpf_prog_type(t, nullptr);
+  return {what, r == 1, r == 1 ? "" : (r == 0 ? "not supported by this kernel" : absl::StrCat("probe failed: ", r))};
+}
+
+ProbeItem MapType(const char* what, bpf_map_type t) {
+  int r = libbpf_probe_bpf_map_type(t, nullptr);
+  return {what, r == 1, r == 1 ? "" : (r == 0 ? "not supported by this kernel" : absl::StrCat("probe failed: ", r))};
+}
+
+}  // namespace
+
+std::vector<ProbeItem> ProbeKernel(const Paths& paths) {
+  std::vector<ProbeItem> items;
+  struct utsname u {};
+  uname(&u);
+  items.push_back({"kernel", true, u.release});
+  items.push_back({"root privileges (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN)", geteuid() == 0,
+                   geteuid() == 0 ? "" : "run as root"});
+  auto cg = FindCgroup2Mount();
+  items.push_back({"cgroup v2 mount", cg.ok(), cg.ok() ? *cg : std::string(cg.status().message())});
+  auto fs = EnsureBpffs(paths.bpffs);
+  items.push_back({"bpffs at " + paths.bpffs, fs.ok(), fs.ok() ? "" : std::string(fs.message())});
+  items.push_back(ProgType("program type cgroup_sock_addr (connect4/6, sendmsg4/6)",
+                           BPF_PROG_TYPE_CGROUP_SOCK_ADDR));
+  items.push_back(ProgType("program type cgroup_skb (egress backstop)", BPF_PROG_TYPE_CGROUP_SKB));
+  items.push_back(MapType("map type lpm_trie", BPF_MAP_TYPE_LPM_TRIE));
+  items.push_back(MapType("map type hash", BPF_MAP_TYPE_HASH));
+  items.push_back(MapType("map type percpu_array", BPF_MAP_TYPE_PERCPU_ARRAY));
+  items.push_back(MapType("map type sk_storage", BPF_MAP_TYPE_SK_STORAGE));
+  auto cookie = NetnsCookieOf(paths.node_netns);
+  items.push_back({"SO_NETNS_COOKIE on " + paths.node_netns, cookie.ok(),
+                   cookie.ok() ? "" : std::string(cookie.status().message())});
+  return items;
+}
+
+absl::Status RequireKernel(const Paths& paths) {
+  std::vector<std::string> missing;
+  for (const auto& i : ProbeKernel(paths)) {
+    if (!i.ok) missing.push_back(absl::StrCat(i.what, ": ", i.detail));
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this node cannot run egressd (needs Linux 6.1+ with cgroup v2 and BPF):\n  ",
+      absl::StrJoin(missing, "\n  ")));
+}
+
+}  // namespace egressd

@@ -1,0 +1,156 @@
+#include "maps/policy_store.h"
+
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <sys/random.h>
+
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "loader/errors.h"
+
+namespace egressd::maps {
+namespace {
+
+template <typename K, typename V>
+absl::Status Update(int fd, const char* map, const K& key, const V& value, uint64_t flags = BPF_ANY) {
+  if (bpf_map_update_elem(fd, &key, &value, flags) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("update ", map));
+  }
+  return absl::OkStatus();
+}
+
+// Deletes every key of an LPM trie whose policy id matches.  Collects first:
+// deleting while iterating would skip keys.
+template <typename Key>
+absl::Status DeleteLpmKeysOf(int fd, const char* map, PolicyId id) {
+  std::vector<Key> doomed;
+  Key key{}, next{};
+  const void* cur = nullptr;
+  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
+    if (ntohl(next.policy_id) == id) doomed.push_back(next);
+    key = next;
+    cur = &key;
+  }
+  for (const auto& k : doomed) {
+    if (bpf_map_delete_elem(fd, &k) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, absl::StrCat("delete from ", map));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<StoredPolicy>> PolicyStore::List() const {
+  std::vector<StoredPolicy> out;
+  PolicyId key = 0, next = 0;
+  const void* cur = nullptr;
+  while (bpf_map_get_next_key(maps_.policy(), cur, &next) == 0) {
+    egr_policy_val v{};
+    if (bpf_map_lookup_elem(maps_.policy(), &next, &v) == 0) out.push_back({next, v});
+    key = next;
+    cur = &key;
+  }
+  return out;
+}
+
+absl::StatusOr<PolicyId> PolicyStore::FindByHash(uint64_t hash) const {
+  EGR_ASSIGN_OR_RETURN(auto all, List());
+  for (const auto& p : all) {
+    if (p.header.content_hash == hash) return p.id;
+  }
+  return PolicyId{0};
+}
+
+absl::StatusOr<PolicyId> PolicyStore::FreshId() const {
+  // Random ids: a crashed writer's half-written entries (no header) can never
+  // be mistaken for a later policy's.  0 means "none".
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    PolicyId id = 0;
+    if (getrandom(&id, sizeof(id), 0) != sizeof(id)) return ErrnoStatus(errno, "getrandom");
+    if (id == 0) continue;
+    egr_policy_val v{};
+    if (bpf_map_lookup_elem(maps_.policy(), &id, &v) != 0 && errno == ENOENT) return id;
+  }
+  return absl::ResourceExhaustedError("no free policy id after 64 attempts");
+}
+
+absl::Status PolicyStore::WriteEntries(PolicyId id, const policy::CompiledPolicy& p) {
+  egr_prot_val prot{};
+  for (const auto& pc : p.protected_cidrs) {
+    if (pc.cidr.addr().is_v4()) {
+      EGR_RETURN_IF_ERROR(Update(maps_.prot4(), EGR_MAP_PROT4, MakeLpm4Key(id, pc.cidr), prot));
+    } else {
+      EGR_RETURN_IF_ERROR(Update(maps_.prot6(), EGR_MAP_PROT6, MakeLpm6Key(id, pc.cidr), prot));
+    }
+  }
+  EGR_ASSIGN_OR_RETURN(auto entries, BuildAllowEntries(p.allowed));
+  for (const auto& e : entries) {
+    if (e.cidr.addr().is_v4()) {
+      EGR_RETURN_IF_ERROR(Update(maps_.allow4(), EGR_MAP_ALLOW4, MakeLpm4Key(id, e.cidr), e.value));
+    } else {
+      EGR_RETURN_IF_ERROR(Update(maps_.allow6(), EGR_MAP_ALLOW6, MakeLpm6Key(id, e.cidr), e.value));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PolicyStore::DeleteEntries(PolicyId id) {
+  EGR_RETURN_IF_ERROR(DeleteLpmKeysOf<egr_lpm4_key>(maps_.prot4(), EGR_MAP_PROT4, id));
+  EGR_RETURN_IF_ERROR(DeleteLpmKeysOf<egr_lpm6_key>(maps_.prot6(), EGR_MAP_PROT6, id));
+  EGR_RETURN_IF_ERROR(DeleteLpmKeysOf<egr_lpm4_key>(maps_.allow4(), EGR_MAP_ALLOW4, id));
+  EGR_RETURN_IF_ERROR(DeleteLpmKeysOf<egr_lpm6_key>(maps_.allow6(), EGR_MAP_ALLOW6, id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PolicyId> PolicyStore::Acquire(const policy::CompiledPolicy& p) {
+  egr_policy_val header = MakePolicyHeader(p);
+  EGR_ASSIGN_OR_RETURN(PolicyId existing, FindByHash(header.content_hash));
+  if (existing != 0) {
+    egr_policy_val v{};
+    if (bpf_map_lookup_elem(maps_.policy(), &existing, &v) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("lookup ", EGR_MAP_POLICY));
+    }
+    v.refcount++;
+    EGR_RETURN_IF_ERROR(Update(maps_.policy(), EGR_MAP_POLICY, existing, v, BPF_EXIST));
+    spdlog::debug("policy {:#x} shared (refcount {})", existing, v.refcount);
+    return existing;
+  }
+  EGR_ASSIGN_OR_RETURN(PolicyId id, FreshId());
+  if (absl::Status s = WriteEntries(id, p); !s.ok()) {
+    (void)DeleteEntries(id);  // leave nothing half-written behind
+    return s;
+  }
+  header.refcount = 1;
+  // The header goes last: until it exists no sandbox can be pointed here.
+  if (absl::Status s = Update(maps_.policy(), EGR_MAP_POLICY, id, header, BPF_NOEXIST); !s.ok()) {
+    (void)DeleteEntries(id);
+    return s;
+  }
+  spdlog::debug("policy {:#x} installed ({} protected, {} allowed)", id,
+                p.protected_cidrs.size(), p.allowed.size());
+  return id;
+}
+
+absl::Status PolicyStore::Release(PolicyId id) {
+  egr_policy_val v{};
+  if (bpf_map_lookup_elem(maps_.policy(), &id, &v) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("release policy ", id, ": lookup ", EGR_MAP_POLICY));
+  }
+  if (v.refcount > 1) {
+    v.refcount--;
+    return Update(maps_.policy(), EGR_MAP_POLICY, id, v, BPF_EXIST);
+  }
+  // Header first: a dangling id fails closed in the programs, and no sandbox
+  // points here any more anyway.
+  if (bpf_map_delete_elem(maps_.policy(), &id) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("delete policy ", id, " from ", EGR_MAP_POLICY));
+  }
+  spdlog::debug("policy {:#x} removed", id);
+  return DeleteEntries(id);
+}
+
+}  // namespace egressd::maps

@@ -1,0 +1,92 @@
+// egressctl run: a transient sandbox around one command.
+#include <pwd.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "loader/environment.h"
+#include "loader/loader.h"
+#include "loader/pin_lock.h"
+#include "tools/egressctl/commands.h"
+#include "tools/egressctl/isolation.h"
+#include "tools/egressctl/policy_flags.h"
+#include "userspace/control/cgroup_tree.h"
+#include "userspace/control/registry.h"
+
+namespace egressd::cli {
+namespace {
+
+absl::Status ResolveUser(const std::string& user, run::IsolationSpec& spec) {
+  if (user.empty()) return absl::OkStatus();
+  const passwd* pw = nullptr;
+  uint32_t uid = 0;
+  if (absl::SimpleAtoi(user, &uid)) {
+    pw = getpwuid(uid);
+    spec.uid = uid;
+    spec.gid = pw ? pw->pw_gid : uid;
+    return absl::OkStatus();
+  }
+  pw = getpwnam(user.c_str());
+  if (!pw) return absl::InvalidArgumentError(absl::StrCat("--user \"", user, "\": no such user"));
+  spec.uid = pw->pw_uid;
+  spec.gid = pw->pw_gid;
+  return absl::OkStatus();
+}
+
+// The first `egressctl run` on a machine loads egressd itself.
+absl::Status EnsureLoaded(const Paths& paths) {
+  if (IsLoaded(paths)) return absl::OkStatus();
+  auto lock = PinLock::Acquire(paths.pin_root);
+  if (!lock.ok()) return lock.status();
+  if (IsLoaded(paths)) return absl::OkStatus();
+  return LoadEnforcement(paths, *lock).status();
+}
+
+}  // namespace
+
+int CmdRun(const Paths& paths, const PolicyFlags& flags, const std::string& user,
+           const std::vector<std::string>& command) {
+  // Everything that can be wrong with the input is reported before anything
+  // is created or the command starts.
+  auto policy = CompileFlags(flags);
+  if (!policy.ok()) return Report(policy.status());
+  run::IsolationSpec spec;
+  spec.argv = command;
+  if (auto s = ResolveUser(user, spec); !s.ok()) return Report(s);
+
+  if (auto s = EnsureLoaded(paths); !s.ok()) return Report(s);
+  auto cg2 = FindCgroup2Mount();
+  if (!cg2.ok()) return Report(cg2.status());
+  uint32_t nonce = 0;
+  (void)getrandom(&nonce, sizeof(nonce), 0);
+  spec.cgroup2_mount = *cg2;
+  spec.cgroup_dir = absl::StrCat(*cg2, "/egressd/run-", getpid(), "-", nonce);
+  spec.hide_dirs = {paths.bpffs, paths.pin_root, paths.runtime_dir};
+  if (auto s = MakeDirs(spec.cgroup_dir, 0755); !s.ok()) return Report(s);
+
+  control::Registry registry(paths);
+  auto id = CgroupIdOf(spec.cgroup_dir);
+  absl::Status registered = id.ok() ? registry.Register(*id, *policy) : id.status();
+  if (!registered.ok()) {
+    (void)control::KillAndRemoveCgroup(spec.cgroup_dir);
+    return Report(registered);
+  }
+  spdlog::info("sandbox {} (cgroup id {}) registered; running {}", spec.cgroup_dir, *id, command[0]);
+
+  auto code = run::RunIsolated(spec);
+
+  // Kill whatever the command left behind before its policy goes away.
+  absl::Status cleanup = control::KillAndRemoveCgroup(spec.cgroup_dir);
+  if (cleanup.ok()) cleanup = registry.Unregister(*id);
+  if (!cleanup.ok()) spdlog::error("cleaning up sandbox {}: {}", spec.cgroup_dir, cleanup.ToString());
+  if (!code.ok()) return Report(code.status());
+  return *code;
+}
+
+}  // namespace egressd::cli

@@ -1,0 +1,35 @@
+// What `egressctl run` does to the command it runs, so that code in the
+// sandbox, even as root, cannot undo its own enforcement: it starts in its
+// sandbox cgroup, in new cgroup, mount and PID namespaces where the cgroup
+// tree is only its own subtree, bpffs and egressd's runtime directory are
+// empty tmpfs, other processes are invisible, and the capabilities that could
+// reach the node's BPF or network configuration are gone from the bounding
+// set (CAP_NET_RAW stays: raw sockets are judged by the skb backstop).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace egressd::run {
+
+struct IsolationSpec {
+  std::string cgroup_dir;                 // the sandbox cgroup (absolute)
+  std::string cgroup2_mount;              // where cgroup2 is mounted on the node
+  std::vector<std::string> hide_dirs;     // bpffs, pin root, runtime dir: tmpfs over each
+  std::optional<uid_t> uid;               // --user: drop to this uid (and its gid)
+  std::optional<gid_t> gid;
+  std::vector<std::string> argv;          // the command
+};
+
+// Runs the command isolated and returns its exit status (128+signal when it
+// was killed by a signal, as shells report it).
+absl::StatusOr<int> RunIsolated(const IsolationSpec& spec);
+
+// Capabilities removed from the command's bounding set.
+const std::vector<int>& DroppedCapabilities();
+
+}  // namespace egressd::run

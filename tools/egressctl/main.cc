@@ -1,0 +1,94 @@
+// egressctl: the command line over egressd's libraries (xdp-tools' shape: a
+// thin binary; every behaviour lives in a component the daemon shares).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "loader/libbpf_log.h"
+#include "tools/egressctl/commands.h"
+
+namespace {
+
+void AddPolicyFlags(CLI::App* cmd, egressd::cli::PolicyFlags& f) {
+  cmd->add_option("--egress", f.egress,
+                  "Allowed destination: an IPv4/IPv6 address or CIDR (repeatable). "
+                  "Any --egress makes the sandbox deny-by-default");
+  cmd->add_option("--floor", f.floor, "connected (default) | airgapped | hosted");
+  cmd->add_option("--on-deny", f.on_deny, "reject (default: EPERM at once) | drop (silent)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace egressd;
+  auto logger = spdlog::stderr_color_mt("egressctl");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("egressctl: %^%l%$: %v");
+  spdlog::set_level(spdlog::level::warn);
+  BridgeLibbpfLogging();
+
+  CLI::App app{"egressctl: egress policy for sandboxes, enforced in the kernel by eBPF"};
+  app.require_subcommand(1);
+  Paths paths = Paths::FromEnvironment();
+  int verbosity = 0;
+  app.add_option("--pin-root", paths.pin_root, "bpffs directory of this egressd instance")
+      ->capture_default_str();
+  app.add_flag("-v,--verbose", verbosity, "More logging (-vv: debug)");
+
+  auto* load = app.add_subcommand("load", "Load and attach the programs (idempotent; upgrades in place)");
+  bool force = false;
+  auto* unload = app.add_subcommand("unload", "Detach everything and remove the pins");
+  unload->add_flag("--force", force, "Unload even while sandboxes are registered");
+  auto* probe = app.add_subcommand("probe", "Check what this kernel offers egressd");
+  bool json = false;
+  auto* status = app.add_subcommand("status", "Show sandboxes, policies and counters");
+  status->add_flag("--json", json, "Print JSON");
+
+  auto* sandbox = app.add_subcommand("sandbox", "Register cgroups as sandboxes");
+  sandbox->require_subcommand(1);
+  std::string cgroup;
+  cli::PolicyFlags add_flags;
+  auto* add = sandbox->add_subcommand("add", "Register a cgroup with a policy, or flip its policy");
+  add->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
+  AddPolicyFlags(add, add_flags);
+  auto* remove = sandbox->add_subcommand("remove", "Unregister a cgroup");
+  remove->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
+  auto* contain = sandbox->add_subcommand(
+      "contain", "Make a cgroup a contained root: unregistered cgroups below it get no egress");
+  contain->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
+
+  cli::PolicyFlags run_flags;
+  std::string user;
+  std::vector<std::string> command;
+  auto* run = app.add_subcommand("run", "Run a command in a fresh transient sandbox");
+  AddPolicyFlags(run, run_flags);
+  run->add_option("--user", user, "Run the command as this user (name or uid)");
+  run->add_option("command", command, "-- CMD [ARGS...]")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "egressctl: %s\n", e.what());
+    return cli::kExitBadInput;
+  }
+  if (verbosity > 0) spdlog::set_level(verbosity > 1 ? spdlog::level::debug : spdlog::level::info);
+
+  if (*load) return cli::CmdLoad(paths);
+  if (*unload) return cli::CmdUnload(paths, force);
+  if (*probe) return cli::CmdProbe(paths);
+  if (*status) return cli::CmdStatus(paths, json);
+  if (*add) return cli::CmdSandboxAdd(paths, cgroup, add_flags);
+  if (*remove) return cli::CmdSandboxRemove(paths, cgroup);
+  if (*contain) return cli::CmdSandboxContain(paths, cgroup);
+  if (*run) return cli::CmdRun(paths, run_flags, user, command);
+  return cli::kExitBadInput;
+}
