@@ -1,0 +1,119 @@
+// Pins the layout of every struct the BPF programs share with the control
+// plane.  A failure here means the ABI changed: bump EGR_ABI_VERSION and the
+// _vN suffix of every map whose layout changed, then update these numbers.
+#include "maps/egressd_abi.h"
+
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstddef>
+#include <string>
+
+namespace {
+
+#define EGR_PIN_SIZE(type, size) \
+  static_assert(sizeof(struct type) == (size), #type " size changed")
+#define EGR_PIN_OFFSET(type, field, off)              \
+  static_assert(offsetof(struct type, field) == (off), \
+                #type "." #field " offset changed")
+
+EGR_PIN_SIZE(egr_cgroup_val, 16);
+EGR_PIN_OFFSET(egr_cgroup_val, kind, 0);
+EGR_PIN_OFFSET(egr_cgroup_val, policy_id, 4);
+EGR_PIN_OFFSET(egr_cgroup_val, sandbox_id, 8);
+
+EGR_PIN_SIZE(egr_policy_val, 16);
+EGR_PIN_OFFSET(egr_policy_val, default_verdict, 0);
+EGR_PIN_OFFSET(egr_policy_val, deny_action, 1);
+EGR_PIN_OFFSET(egr_policy_val, flags, 2);
+EGR_PIN_OFFSET(egr_policy_val, pad0, 3);
+EGR_PIN_OFFSET(egr_policy_val, refcount, 4);
+EGR_PIN_OFFSET(egr_policy_val, content_hash, 8);
+
+// LPM keys: the kernel reads prefixlen first and the data right after it, so
+// any padding would become part of the matched prefix.
+EGR_PIN_SIZE(egr_lpm4_key, 12);
+EGR_PIN_OFFSET(egr_lpm4_key, prefixlen, 0);
+EGR_PIN_OFFSET(egr_lpm4_key, policy_id, 4);
+EGR_PIN_OFFSET(egr_lpm4_key, addr, 8);
+
+EGR_PIN_SIZE(egr_lpm6_key, 24);
+EGR_PIN_OFFSET(egr_lpm6_key, prefixlen, 0);
+EGR_PIN_OFFSET(egr_lpm6_key, policy_id, 4);
+EGR_PIN_OFFSET(egr_lpm6_key, addr, 8);
+
+EGR_PIN_SIZE(egr_port_range, 4);
+EGR_PIN_OFFSET(egr_port_range, first, 0);
+EGR_PIN_OFFSET(egr_port_range, last, 2);
+
+static_assert(EGR_MAX_PORT_RANGES == 8, "egr_allow_val size changed");
+EGR_PIN_SIZE(egr_allow_val, 40);
+EGR_PIN_OFFSET(egr_allow_val, nranges, 0);
+EGR_PIN_OFFSET(egr_allow_val, flags, 4);
+EGR_PIN_OFFSET(egr_allow_val, ranges, 8);
+
+EGR_PIN_SIZE(egr_prot_val, 4);
+EGR_PIN_OFFSET(egr_prot_val, flags, 0);
+
+EGR_PIN_SIZE(egr_resolved_key, 24);
+EGR_PIN_OFFSET(egr_resolved_key, sandbox_id, 0);
+EGR_PIN_OFFSET(egr_resolved_key, addr, 8);
+
+EGR_PIN_SIZE(egr_resolved_val, 16);
+EGR_PIN_OFFSET(egr_resolved_val, expires_boot_ns, 0);
+EGR_PIN_OFFSET(egr_resolved_val, name_id, 8);
+EGR_PIN_OFFSET(egr_resolved_val, pad0, 12);
+
+EGR_PIN_SIZE(egr_sock_val, 40);
+EGR_PIN_OFFSET(egr_sock_val, addr, 0);
+EGR_PIN_OFFSET(egr_sock_val, port, 16);
+EGR_PIN_OFFSET(egr_sock_val, flags, 18);
+EGR_PIN_OFFSET(egr_sock_val, policy_id, 20);
+EGR_PIN_OFFSET(egr_sock_val, sandbox_id, 24);
+EGR_PIN_OFFSET(egr_sock_val, pad0, 32);
+
+EGR_PIN_SIZE(egr_config_val, 16);
+EGR_PIN_OFFSET(egr_config_val, node_netns_cookie, 0);
+EGR_PIN_OFFSET(egr_config_val, flags, 8);
+EGR_PIN_OFFSET(egr_config_val, pad0, 12);
+
+// Values stored in the __u8 fields of egr_policy_val: they must fit.
+static_assert(EGR_VERDICT_DENY == 0 && EGR_VERDICT_ALLOW == 1);
+static_assert(EGR_ACTION_REJECT == 0 && EGR_ACTION_DROP == 1);
+static_assert(EGR_ABI_VERSION >= 1);
+
+// BPF_OBJ_NAME_LEN is 16 including the terminating NUL.
+constexpr size_t kMaxMapName = 15;
+
+// Ends in "_v<digits>": the suffix a layout change bumps.
+bool HasVersionSuffix(const std::string& name) {
+  const size_t v = name.rfind("_v");
+  if (v == std::string::npos || v + 2 == name.size()) return false;
+  for (size_t i = v + 2; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
+  }
+  return true;
+}
+
+TEST(AbiLayout, MapNamesFitAndCarryVersion) {
+  const char* const names[] = {
+      EGR_MAP_CGROUPS,  EGR_MAP_POLICY,   EGR_MAP_ALLOW4, EGR_MAP_ALLOW6,
+      EGR_MAP_PROT4,    EGR_MAP_PROT6,    EGR_MAP_RESOLVED, EGR_MAP_SOCK,
+      EGR_MAP_CONFIG,   EGR_MAP_STATS,
+  };
+  for (const char* n : names) {
+    const std::string name(n);
+    EXPECT_LE(name.size(), kMaxMapName) << name;
+    EXPECT_TRUE(HasVersionSuffix(name)) << name;
+    EXPECT_EQ(name.rfind("egr_", 0), 0u) << name;
+  }
+}
+
+TEST(AbiLayout, VersionSuffixCheckRejectsUnversionedNames) {
+  EXPECT_TRUE(HasVersionSuffix("egr_x_v12"));
+  EXPECT_FALSE(HasVersionSuffix("egr_x"));
+  EXPECT_FALSE(HasVersionSuffix("egr_x_v"));
+  EXPECT_FALSE(HasVersionSuffix("egr_x_v1a"));
+}
+
+}  // namespace

@@ -1,0 +1,80 @@
+// The compiled egress policy of one sandbox: the single value that crosses
+// from policy compilation to the BPF maps (and later to the DNS proxy and an
+// nftables rendering), so every consumer judges the same thing.
+#ifndef EGRESSD_USERSPACE_POLICY_COMPILED_POLICY_H_
+#define EGRESSD_USERSPACE_POLICY_COMPILED_POLICY_H_
+
+#include <compare>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "userspace/net/ip.h"
+
+namespace egressd::policy {
+
+enum class Verdict { kDeny, kAllow };
+enum class DenyAction { kReject, kDrop };
+
+// Inclusive, host order (as in struct egr_port_range).
+struct PortRange {
+  uint16_t first;
+  uint16_t last;
+  auto operator<=>(const PortRange&) const = default;
+};
+
+struct AllowedCidr {
+  net::Cidr cidr;
+  std::vector<PortRange> ports;  // empty = every port
+  std::string source;            // where it came from, e.g. "run --egress"
+  auto operator<=>(const AllowedCidr&) const = default;
+};
+
+struct ProtectedCidr {
+  net::Cidr cidr;
+  std::string source;  // e.g. "floor connected"
+  auto operator<=>(const ProtectedCidr&) const = default;
+};
+
+struct CompiledPolicy {
+  Verdict default_verdict = Verdict::kAllow;
+  DenyAction deny_action = DenyAction::kReject;
+  // Denied whatever else the policy says; checked first.
+  std::vector<ProtectedCidr> protected_cidrs;
+  // Sorted and deduplicated.
+  std::vector<AllowedCidr> allowed;
+  // Exact FQDNs (filled once names are supported).
+  std::vector<std::string> names;
+  // "*.example.com" stored as "example.com" (filled once names are supported).
+  std::vector<std::string> wildcard_suffixes;
+
+  // Identical policies share one BPF policy id, and the id outlives the
+  // process in pinned maps, so the hash must be the same in every process and
+  // build: FNV-1a over a canonical serialization.  `source` strings are
+  // ignored because they explain an entry without changing what it allows;
+  // list order is ignored because no consumer depends on it.
+  uint64_t ContentHash() const;
+  // {"default","on_deny","protected":[{"cidr","source"}],
+  //  "allowed":[{"cidr","ports":["443","8000-8100"],"source"}],
+  //  "names","wildcards"}
+  nlohmann::json ToJson() const;
+  // One entry a line, for operators.
+  std::string ToText() const;
+
+  bool operator==(const CompiledPolicy&) const = default;
+};
+
+std::string_view ToString(Verdict v);
+std::string_view ToString(DenyAction a);
+// "reject" | "drop".
+absl::StatusOr<DenyAction> ParseDenyAction(std::string_view text);
+
+// "443" or "8000-8100".
+std::string ToString(const PortRange& r);
+
+}  // namespace egressd::policy
+
+#endif  // EGRESSD_USERSPACE_POLICY_COMPILED_POLICY_H_

@@ -1,0 +1,33 @@
+// The `egressctl run` compiler: one machine, one sandbox, the --egress
+// targets it was started with.
+#ifndef EGRESSD_USERSPACE_POLICY_RUN_TARGETS_H_
+#define EGRESSD_USERSPACE_POLICY_RUN_TARGETS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "userspace/policy/compiled_policy.h"
+#include "userspace/policy/floor.h"
+
+namespace egressd::policy {
+
+struct RunInputs {
+  Floor floor = Floor::kConnected;
+  DenyAction deny_action = DenyAction::kReject;
+  std::vector<std::string> egress_targets;  // --egress values, in order
+};
+
+// Address and CIDR targets only for now: an FQDN or wildcard target is
+// rejected saying names are not supported yet.
+//
+// No targets: the floor's default.  Any target: deny by default with the
+// targets allowed, because a declaration states the whole scope.  A target
+// the floor protects, or one spanning a protected range, fails rather than
+// being dropped, so a sandbox never runs with less than it declared.  Every
+// problem is reported at once, one line each, in one InvalidArgumentError.
+absl::StatusOr<CompiledPolicy> CompileRun(const RunInputs& in);
+
+}  // namespace egressd::policy
+
+#endif  // EGRESSD_USERSPACE_POLICY_RUN_TARGETS_H_
