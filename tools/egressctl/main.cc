@@ -17,7 +17,10 @@ namespace {
 void AddPolicyFlags(CLI::App* cmd, egressd::cli::PolicyFlags& f) {
   cmd->add_option("--egress", f.egress,
                   "Allowed destination: an IPv4/IPv6 address or CIDR (repeatable). "
-                  "Any --egress makes the sandbox deny-by-default");
+                  "Any --egress makes the sandbox deny-by-default")
+      ->type_size(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--floor", f.floor, "connected (default) | airgapped | hosted");
   cmd->add_option("--on-deny", f.on_deny, "reject (default: EPERM at once) | drop (silent)");
 }

@@ -1,0 +1,498 @@
+// Proves the lab without egressd: topology, servers, capture, probe, cgroups,
+// process runner and cleanup. Needs root with CAP_SYS_ADMIN (skips otherwise,
+// fails instead when REQUIRE_BPF=1).
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "lab.h"
+
+namespace egressd::lab {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+#define REQUIRE_PRIV()                                                              \
+  do {                                                                              \
+    if (!RunningAsRootWithSysAdmin()) {                                             \
+      const char* req = getenv("REQUIRE_BPF");                                      \
+      if (req && std::string(req) == "1") FAIL() << "needs root + CAP_SYS_ADMIN";   \
+      GTEST_SKIP() << "needs root + CAP_SYS_ADMIN (set REQUIRE_BPF=1 to fail)";     \
+    }                                                                               \
+  } while (0)
+
+std::string NetnsList() {
+  RunSpec s;
+  s.argv = {"ip", "netns", "list"};
+  return lab::Run(s).out;
+}
+
+std::string RootLinks() {
+  RunSpec s;
+  s.argv = {"ip", "-o", "link", "show"};
+  return lab::Run(s).out;
+}
+
+// The single JSON line a probe run printed.
+ProbeLine One(const RunResult& r) {
+  auto lines = ParseProbeLines(r.out);
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_EQ(lines.size(), 1u) << r.Describe();
+  return lines.empty() ? ProbeLine{} : lines[0];
+}
+
+std::string Show(const ProbeLine& l) {
+  std::string s;
+  for (const auto& [k, v] : l) absl::StrAppend(&s, k, "=", v, " ");
+  return s;
+}
+
+// ---- tests without a lab -----------------------------------------------------------
+
+TEST(ProbeLineTest, ParsesFlatJson) {
+  auto l = ParseProbeLine(R"({"op":"tcp","dst":"1.2.3.4","port":80,"echo":true,"s":"a\"b\n"})");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ((*l)["op"], "tcp");
+  EXPECT_EQ((*l)["port"], "80");
+  EXPECT_EQ((*l)["echo"], "true");
+  EXPECT_EQ((*l)["s"], "a\"b\n");
+  EXPECT_FALSE(ParseProbeLine("not json").ok());
+  EXPECT_EQ(ParseProbeLines("{\"a\":1}\nnoise\n{\"b\":\"x\"}\n").size(), 2u);
+}
+
+TEST(AddressTest, Canonical) {
+  std::array<uint8_t, 16> a, b;
+  ASSERT_TRUE(CanonicalAddress("1.2.3.4", &a));
+  ASSERT_TRUE(CanonicalAddress("::ffff:1.2.3.4", &b));
+  EXPECT_EQ(a, b);
+  ASSERT_TRUE(CanonicalAddress("[2001:db8::10]", &a));
+  ASSERT_TRUE(CanonicalAddress("2001:0db8:0::10", &b));
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(AddressToString(a), "2001:db8::10");
+  EXPECT_FALSE(CanonicalAddress("nope", &a));
+}
+
+TEST(ProbeUsageTest, BadArgumentsExit2) {
+  const std::string probe = BinaryPath("egressd-probe");
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {}, {"tcp"}, {"tcp", "1.2.3.4"}, {"tcp", "nope", "80"}, {"tcp", "1.2.3.4", "99999"},
+           {"rthdr6", "192.0.2.1", "7000", "fd00::1"}, {"bogus"}, {"udp-sendmmsg", "1.2.3.4"},
+           {"tcp", "1.2.3.4", "80", "--what"}, {"exec", "--", "true", "--then", "info"}}) {
+    RunSpec s;
+    s.argv = {probe};
+    s.argv.insert(s.argv.end(), args.begin(), args.end());
+    RunResult r = lab::Run(s);
+    if (args.size() == 5 && args[0] == "exec") {
+      EXPECT_EQ(r.exit_code, 0) << "exec takes the rest verbatim";
+      continue;
+    }
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ") << "\n" << r.Describe();
+  }
+  RunSpec s;
+  s.argv = {probe, "--help"};
+  RunResult r = lab::Run(s);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "udp-sendmmsg")) << r.out;
+}
+
+TEST(RunTest, TimeoutKillsTheProcessGroup) {
+  RunSpec s;
+  s.argv = {"sh", "-c", "sleep 30 & sleep 30"};
+  s.timeout = milliseconds(200);
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult r = lab::Run(s);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.exit_code, -SIGKILL);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+TEST(RunTest, CapturesOutputAndExitCode) {
+  RunSpec s;
+  s.argv = {"sh", "-c", "echo out; echo err >&2; cat; exit 3"};
+  s.stdin_data = "in\n";
+  s.env = {{"EGL_X", "y"}};
+  RunResult r = lab::Run(s);
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.out, "out\nin\n");
+  EXPECT_EQ(r.err, "err\n");
+  s.argv = {"sh", "-c", "printf %s \"$EGL_X\""};
+  s.stdin_data.clear();
+  EXPECT_EQ(lab::Run(s).out, "y");
+  s.argv = {"/nonexistent/binary"};
+  EXPECT_EQ(lab::Run(s).exit_code, 127);
+}
+
+// ---- lifecycle --------------------------------------------------------------------
+
+TEST(LabLifecycleTest, DestructorRemovesEverything) {
+  REQUIRE_PRIV();
+  auto lab_or = Lab::Create();
+  ASSERT_TRUE(lab_or.ok()) << lab_or.status();
+  std::unique_ptr<Lab> lab = *std::move(lab_or);
+  const std::string cns = lab->client_netns_name(), hns = lab->hosts_netns_name();
+  const std::string base = lab->cgroup_base();
+  EXPECT_TRUE(fs::exists(lab->client_netns()));
+  EXPECT_TRUE(fs::exists(lab->hosts_netns()));
+  std::string list = NetnsList();
+  EXPECT_TRUE(absl::StrContains(list, cns)) << list;
+  EXPECT_TRUE(absl::StrContains(list, hns)) << list;
+  EXPECT_FALSE(absl::StrContains(RootLinks(), lab->client_ifname()))
+      << "the veth must live only inside the lab namespaces";
+
+  auto cg = lab->MakeCgroup("a/b");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_EQ(*cg, base + "/a/b");
+  // A member of the cgroup and a process that is only in the client netns.
+  auto held = lab->StartProbe({"hold", kPublicA4, "8080", "--interval-ms", "100", "--count",
+                               "10000"},
+                              *cg);
+  ASSERT_TRUE(held.ok()) << held.status();
+  std::string line;
+  ASSERT_TRUE(held->ReadOutLine(&line, milliseconds(5000))) << held->err();
+  EXPECT_TRUE(absl::StrContains(line, "\"result\":\"ok\"")) << line;
+  RunSpec sleeper;
+  sleeper.argv = {"sleep", "600"};
+  sleeper.netns = lab->client_netns();
+  auto bg = Start(sleeper);
+  ASSERT_TRUE(bg.ok()) << bg.status();
+
+  lab.reset();
+
+  list = NetnsList();
+  EXPECT_FALSE(absl::StrContains(list, cns)) << list;
+  EXPECT_FALSE(absl::StrContains(list, hns)) << list;
+  EXPECT_FALSE(fs::exists("/var/run/netns/" + cns));
+  EXPECT_FALSE(fs::exists(base)) << base;
+  RunResult h = held->Wait(milliseconds(2000));
+  EXPECT_FALSE(h.timed_out) << "cgroup member survived the lab";
+  EXPECT_EQ(h.exit_code, -SIGKILL);
+  RunResult s = bg->Wait(milliseconds(2000));
+  EXPECT_FALSE(s.timed_out) << "netns member survived the lab";
+  EXPECT_EQ(s.exit_code, -SIGKILL);
+}
+
+TEST(LabLifecycleTest, SweepRemovesOnlyStaleObjects) {
+  REQUIRE_PRIV();
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  waitpid(dead, nullptr, 0);
+  const std::string stale = absl::StrCat("egl-", dead, "-beef");
+  const std::string live = "egl-1-cafe";  // pid 1 started before anything here
+  for (const auto& name : {stale + "-c", live + "-c"}) {
+    RunSpec s;
+    s.argv = {"ip", "netns", "add", name};
+    ASSERT_EQ(lab::Run(s).exit_code, 0) << name;
+  }
+  const std::string cg = Lab::cgroup2_root() + "/" + stale;
+  ASSERT_TRUE(fs::create_directories(cg + "/x"));
+  RunSpec in_cg;
+  in_cg.argv = {"sleep", "600"};
+  in_cg.cgroup = cg + "/x";
+  auto a = Start(in_cg);
+  ASSERT_TRUE(a.ok()) << a.status();
+  RunSpec in_ns;
+  in_ns.argv = {"sleep", "600"};
+  in_ns.netns = "/var/run/netns/" + stale + "-c";
+  auto b = Start(in_ns);
+  ASSERT_TRUE(b.ok()) << b.status();
+
+  EXPECT_GE(Lab::SweepStale(), 2);
+
+  EXPECT_FALSE(fs::exists(cg));
+  EXPECT_FALSE(fs::exists("/var/run/netns/" + stale + "-c"));
+  EXPECT_TRUE(fs::exists("/var/run/netns/" + live + "-c")) << "swept an object of a live pid";
+  EXPECT_EQ(a->Wait(milliseconds(2000)).exit_code, -SIGKILL);
+  EXPECT_EQ(b->Wait(milliseconds(2000)).exit_code, -SIGKILL);
+  RunSpec del;
+  del.argv = {"ip", "netns", "del", live + "-c"};
+  EXPECT_EQ(lab::Run(del).exit_code, 0);
+}
+
+// ---- one shared lab for the traffic tests -----------------------------------------
+
+class LabTest : public ::testing::Test {
+ protected:
+  static void TearDownTestSuite() { lab_.reset(); }
+
+  void SetUp() override {
+    REQUIRE_PRIV();
+    if (!lab_) {
+      auto l = Lab::Create();
+      ASSERT_TRUE(l.ok()) << l.status();
+      lab_ = *std::move(l);
+    }
+    lab_->ResetCounters();
+  }
+
+  // Runs the probe hostile (root with only CAP_NET_RAW) in the client netns.
+  ProbeLine P(const std::vector<std::string>& args) { return One(lab_->Probe(args)); }
+
+  static std::unique_ptr<Lab> lab_;
+};
+std::unique_ptr<Lab> LabTest::lab_;
+
+TEST_F(LabTest, HostileProbeRunsWithOnlyNetRawInTheClientNetns) {
+  ProbeLine l = P({"info"});
+  EXPECT_EQ(l["cap_eff"], "0000000000002000") << Show(l);  // CAP_NET_RAW only
+  struct stat st;
+  ASSERT_EQ(stat(lab_->client_netns().c_str(), &st), 0);
+  EXPECT_EQ(l["netns"], absl::StrCat("net:[", st.st_ino, "]"));
+  EXPECT_EQ(l["uid"], "0");
+}
+
+TEST_F(LabTest, ProbeJoinsTheGivenCgroup) {
+  auto cg = lab_->MakeCgroup("sel/x");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  ProbeLine l = One(lab_->Probe({"info"}, *cg));
+  EXPECT_TRUE(absl::EndsWith(cg->substr(Lab::cgroup2_root().size()), l["cgroup"])) << Show(l);
+  EXPECT_TRUE(absl::EndsWith(l["cgroup"], "/sel/x")) << Show(l);
+}
+
+TEST_F(LabTest, TcpV4AndV6AreCountedAsAccepts) {
+  ProbeLine v4 = P({"tcp", kPublicA4, "80"});
+  EXPECT_EQ(v4["result"], "ok") << Show(v4);
+  EXPECT_EQ(v4["echo"], "true");
+  ProbeLine v6 = P({"tcp", kPublicA6, "80"});
+  EXPECT_EQ(v6["result"], "ok") << Show(v6);
+  ASSERT_TRUE(Lab::WaitFor([&] {
+    return lab_->TcpAccepts(kPublicA4, 80) == 1 && lab_->TcpAccepts(kPublicA6, 80) == 1;
+  })) << lab_->CountersSummary();
+  EXPECT_EQ(lab_->TcpAccepts("::ffff:192.0.2.10", 80), 1u) << "canonical compare";
+  EXPECT_EQ(lab_->TcpAccepts("[2001:db8::10]", 80), 1u);
+  EXPECT_EQ(lab_->TcpAccepts(kPublicA4, 443), 0u);
+  EXPECT_GE(lab_->PacketsTo(kPublicA4, kProtoTcp), 3u);  // SYN, ACK, data at least
+}
+
+TEST_F(LabTest, TcpToAClosedPortIsRefusedAndNotCounted) {
+  ProbeLine l = P({"tcp", kPublicA4, "81"});
+  EXPECT_EQ(l["errno"], "ECONNREFUSED") << Show(l);
+  // Positive control on the same path: the SYN did arrive.
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab_->PacketsTo(kPublicA4, kProtoTcp) >= 1; }));
+  Lab::Settle();
+  EXPECT_EQ(lab_->TcpAccepts(kPublicA4, 81), 0u);
+}
+
+TEST_F(LabTest, UdpSendtoIsCountedAndEchoed) {
+  ProbeLine l = P({"udp-sendto", kDns4, "7000"});
+  EXPECT_EQ(l["result"], "ok") << Show(l);
+  EXPECT_EQ(l["echo"], "true") << Show(l);
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab_->UdpDatagrams(kDns4, 7000) == 1; }))
+      << lab_->CountersSummary();
+  EXPECT_EQ(lab_->UdpDatagrams(kDns4, 7001), 0u);
+}
+
+TEST_F(LabTest, UdpVariantsAreCountedAndEchoed) {
+  for (const auto& [op, addr, port] : std::vector<std::tuple<std::string, std::string, int>>{
+           {"udp-connected", kImds4, 7000},
+           {"udp-connected", kImds6, 7001},
+           {"udp-sendmsg", kPrivate10, 7000},
+           {"udp-sendmsg", kNat64Imds, 7000},
+           {"udp-sendto", kUla6, 7001}}) {
+    ProbeLine l = P({op, addr, std::to_string(port)});
+    EXPECT_EQ(l["result"], "ok") << Show(l);
+    EXPECT_EQ(l["echo"], "true") << Show(l);
+    EXPECT_TRUE(Lab::WaitFor([&] { return lab_->UdpDatagrams(addr, port) == 1; }))
+        << op << " " << addr << "\n" << lab_->CountersSummary();
+  }
+}
+
+TEST_F(LabTest, UdpToAPortWithoutReceiverArrivesButIsNotCounted) {
+  ProbeLine l = P({"udp-sendto", kDns4, "7002"});
+  EXPECT_EQ(l["result"], "ok") << Show(l);
+  EXPECT_EQ(l["echo"], "false");
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab_->PacketsTo(kDns4, kProtoUdp) == 1; }))
+      << lab_->CountersSummary();
+  Lab::Settle();
+  EXPECT_EQ(lab_->UdpDatagrams(kDns4, 7002), 0u);
+}
+
+TEST_F(LabTest, EveryLabAddressAnswers) {
+  std::vector<std::string> items;
+  for (const auto& a : HostAddressesV4()) items.push_back(a + ":7000");
+  for (const auto& a : HostAddressesV6()) items.push_back("[" + a + "]:7001");
+  RunResult r = lab_->Probe({"udp-sendmmsg", absl::StrJoin(items, ","), "--wait-ms", "1000"});
+  auto lines = ParseProbeLines(r.out);
+  ASSERT_EQ(lines.size(), items.size()) << r.Describe();
+  for (auto& l : lines) {
+    EXPECT_EQ(l["result"], "ok") << Show(l);
+    EXPECT_EQ(l["echo"], "true") << Show(l);
+    const int port = std::stoi(l["port"]);
+    EXPECT_TRUE(Lab::WaitFor([&] { return lab_->UdpDatagrams(l["dst"], port) == 1; }))
+        << l["dst"];
+  }
+}
+
+TEST_F(LabTest, SendmmsgCountsEachDestination) {
+  RunResult r = lab_->Probe(
+      {"udp-sendmmsg", absl::StrCat(kPublicA4, ":7000,[", kPublicA6, "]:7001,", kImds4, ":7000")});
+  auto lines = ParseProbeLines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.Describe();
+  for (auto& l : lines) {
+    EXPECT_EQ(l["result"], "ok") << Show(l);
+    EXPECT_EQ(l["first_call_ret"], "3") << Show(l);
+    EXPECT_EQ(l["echo"], "true") << Show(l);
+  }
+  EXPECT_TRUE(Lab::WaitFor([&] {
+    return lab_->UdpDatagrams(kPublicA4, 7000) == 1 && lab_->UdpDatagrams(kPublicA6, 7001) == 1 &&
+           lab_->UdpDatagrams(kImds4, 7000) == 1;
+  })) << lab_->CountersSummary();
+}
+
+TEST_F(LabTest, RawIcmpIsCapturedWithItsProtocol) {
+  ProbeLine l = P({"raw-icmp", kImds4});
+  EXPECT_EQ(l["result"], "ok") << Show(l);
+  EXPECT_EQ(l["echo"], "true") << Show(l);
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab_->PacketsTo(kImds4, kProtoIcmp) == 1; }))
+      << lab_->CountersSummary();
+  ProbeLine l6 = P({"raw-icmp", kImds6});
+  EXPECT_EQ(l6["result"], "ok") << Show(l6);
+  EXPECT_EQ(l6["echo"], "true") << Show(l6);
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab_->PacketsTo(kImds6, kProtoIcmp6) == 1; }))
+      << lab_->CountersSummary();
+  EXPECT_EQ(lab_->PacketsTo(kImds4, kProtoTcp), 0u);
+}
+
+TEST_F(LabTest, RawUdpReachesTheUdpServer) {
+  for (const auto& [addr, port] : std::vector<std::pair<std::string, int>>{
+           {kPublicB4, 7001}, {kPublicB6, 7001}}) {
+    ProbeLine l = P({"raw-udp", addr, std::to_string(port)});
+    EXPECT_EQ(l["result"], "ok") << Show(l);
+    EXPECT_EQ(l["echo"], "true") << Show(l);
+    EXPECT_TRUE(Lab::WaitFor([&] { return lab_->UdpDatagrams(addr, port) == 1; }))
+        << addr << "\n" << lab_->CountersSummary();
+  }
+}
+
+TEST_F(LabTest, PingSocketFollowsPingGroupRange) {
+  auto before = GetSysctl(lab_->client_netns(), "net.ipv4.ping_group_range");
+  ASSERT_TRUE(before.ok()) << before.status();
+  ProbeLine denied = P({"ping-sock", kImds4});
+  if (*before == "1\t0" || *before == "1 0") {
+    EXPECT_EQ(denied["errno"], "EACCES") << Show(denied);
+    EXPECT_EQ(denied["stage"], "socket");
+  }
+  ASSERT_TRUE(SetSysctl(lab_->client_netns(), "net.ipv4.ping_group_range", "0 0").ok());
+  ProbeLine ok = P({"ping-sock", kImds4});
+  EXPECT_EQ(ok["result"], "ok") << Show(ok);
+  EXPECT_EQ(ok["echo"], "true") << Show(ok);
+  ProbeLine ok6 = P({"ping-sock", kImds6});
+  EXPECT_EQ(ok6["result"], "ok") << Show(ok6);
+  EXPECT_EQ(ok6["echo"], "true") << Show(ok6);
+  ASSERT_TRUE(SetSysctl(lab_->client_netns(), "net.ipv4.ping_group_range", *before).ok());
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab_->PacketsTo(kImds4, kProtoIcmp) >= 1; }));
+}
+
+TEST_F(LabTest, Rthdr6SendsThePacketToTheFirstSegment) {
+  ProbeLine l = P({"rthdr6", kPublicA6, "7000", kImds6});
+  if (l["result"] == "error" && l["stage"] == "setsockopt") {
+    // The kernel refused the SRH: then nothing may have left for either address.
+    Lab::Settle();
+    EXPECT_EQ(lab_->PacketsTo(kImds6), 0u);
+    EXPECT_EQ(lab_->PacketsTo(kPublicA6), 0u);
+    GTEST_SKIP() << "IPV6_RTHDR type 4 refused: " << Show(l);
+  }
+  EXPECT_EQ(l["result"], "ok") << Show(l);
+  EXPECT_TRUE(Lab::WaitFor([&] {
+    return lab_->PacketsTo(kImds6, kProtoUdp) == 1 &&
+           lab_->PacketsFirstHeader(kImds6, kProtoRouting6) == 1;
+  })) << lab_->CountersSummary();
+  Lab::Settle();
+  EXPECT_EQ(lab_->PacketsTo(kPublicA6), 0u) << "the IPv6 destination is the first segment";
+  EXPECT_EQ(lab_->UdpDatagrams(kPublicA6, 7000), 0u);
+  // Positive control for the same destination without the routing header.
+  EXPECT_EQ(P({"udp-connected", kPublicA6, "7000"})["echo"], "true");
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab_->UdpDatagrams(kPublicA6, 7000) == 1; }));
+}
+
+TEST_F(LabTest, Lsrr4SendsThePacketToTheFirstHop) {
+  ProbeLine l = P({"lsrr4", kPublicA4, "7000", kImds4});
+  ASSERT_EQ(l["result"], "ok") << Show(l);
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab_->PacketsToWithIpOptions(kImds4) == 1; }))
+      << lab_->CountersSummary();
+  Lab::Settle();
+  EXPECT_EQ(lab_->PacketsTo(kPublicA4), 0u);
+}
+
+TEST_F(LabTest, OtherConnectPathsReachTheServers) {
+  ProbeLine tfo = P({"tfo", kPublicA4, "443"});
+  EXPECT_EQ(tfo["result"], "ok") << Show(tfo);
+  ProbeLine ur = P({"uring-connect", kPublicA6, "443"});
+  EXPECT_EQ(ur["result"], "ok") << Show(ur);
+  EXPECT_EQ(ur["cqe_res"], "0") << Show(ur);
+  ProbeLine m6 = P({"mapped6", kPublicB4, "443"});
+  EXPECT_EQ(m6["result"], "ok") << Show(m6);
+  ProbeLine mark = P({"so-mark", "7", kPublicD4, "443"});
+  EXPECT_EQ(mark["result"], "ok") << Show(mark);
+  EXPECT_TRUE(Lab::WaitFor([&] {
+    return lab_->TcpAccepts(kPublicA4, 443) == 1 && lab_->TcpAccepts(kPublicA6, 443) == 1 &&
+           lab_->TcpAccepts(kPublicB4, 443) == 1 && lab_->TcpAccepts(kPublicD4, 443) == 1;
+  })) << lab_->CountersSummary();
+  ProbeLine m6u = P({"mapped6", kPublicE4, "7000", "--udp"});
+  EXPECT_EQ(m6u["echo"], "true") << Show(m6u);
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab_->UdpDatagrams(kPublicE4, 7000) == 1; }));
+  // Print what this kernel did with the hostile variants, for the record.
+  std::cout << "[ info ] tfo: " << Show(tfo) << "\n[ info ] so-mark: " << Show(mark) << "\n";
+}
+
+TEST_F(LabTest, HoldKeepsOneConnectionAlive) {
+  auto bg = lab_->StartProbe({"hold", kPublicC4, "8080", "--interval-ms", "30", "--count", "5"});
+  ASSERT_TRUE(bg.ok()) << bg.status();
+  for (int i = 0; i <= 5; ++i) {
+    std::string line;
+    ASSERT_TRUE(bg->ReadOutLine(&line, milliseconds(5000))) << "round " << i << bg->err();
+    auto l = ParseProbeLine(line);
+    ASSERT_TRUE(l.ok()) << line;
+    EXPECT_EQ((*l)["round"], std::to_string(i));
+    EXPECT_EQ((*l)["result"], "ok") << line;
+  }
+  RunResult r = bg->Wait(milliseconds(5000));
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_EQ(lab_->TcpAccepts(kPublicC4, 8080), 1u);
+}
+
+TEST_F(LabTest, BatchAndThenRunInOrder) {
+  RunResult r = lab_->Probe({"batch", absl::StrCat("tcp ", kPublicA4, " 80"),
+                             absl::StrCat("udp-sendto ", kPublicA6, " 7000"), "info"});
+  auto lines = ParseProbeLines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.Describe();
+  EXPECT_EQ(lines[0]["op"], "tcp");
+  EXPECT_EQ(lines[1]["op"], "udp-sendto");
+  EXPECT_EQ(lines[2]["op"], "info");
+  auto cg = lab_->MakeCgroup("then");
+  ASSERT_TRUE(cg.ok());
+  r = lab_->Probe({"join-cgroup", *cg, "--then", "info", "--then", "exec", "--", "sh", "-c",
+                   "echo '{\"op\":\"sh\"}'"});
+  lines = ParseProbeLines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.Describe();
+  EXPECT_EQ(lines[0]["result"], "ok") << Show(lines[0]);
+  EXPECT_TRUE(absl::EndsWith(lines[1]["cgroup"], "/then")) << Show(lines[1]);
+  EXPECT_EQ(lines[2]["op"], "sh");
+}
+
+TEST_F(LabTest, ResetCountersZeroesEverything) {
+  P({"tcp", kPublicA4, "80"});
+  P({"udp-sendto", kPublicA4, "7000"});
+  ASSERT_TRUE(Lab::WaitFor([&] {
+    return lab_->TcpAccepts(kPublicA4, 80) == 1 && lab_->UdpDatagrams(kPublicA4, 7000) == 1;
+  }));
+  Lab::Settle();
+  lab_->ResetCounters();
+  EXPECT_EQ(lab_->TcpAccepts(kPublicA4, 80), 0u);
+  EXPECT_EQ(lab_->UdpDatagrams(kPublicA4, 7000), 0u);
+  EXPECT_EQ(lab_->PacketsTo(kPublicA4), 0u);
+  EXPECT_TRUE(lab_->Captured().empty());
+}
+
+}  // namespace
+}  // namespace egressd::lab

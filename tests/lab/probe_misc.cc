@@ -1,0 +1,135 @@
+// Non-network operations: files, signals, cgroups, exec, sleep, info.
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "probe_common.h"
+
+namespace egressd::probe {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string StatusField(const std::string& name) {
+  std::istringstream in(ReadAll("/proc/self/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + ":", 0) == 0) {
+      size_t v = line.find_first_not_of(" \t", name.size() + 1);
+      return v == std::string::npos ? "" : line.substr(v);
+    }
+  }
+  return "";
+}
+
+std::string OwnCgroup() {
+  std::istringstream in(ReadAll("/proc/self/cgroup"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  }
+  return "";
+}
+
+void WriteText(Json& j, const std::string& path, const std::string& text, bool create) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0), 0644);
+  if (fd < 0) return j.Err(errno, "open").Emit();
+  ssize_t n = write(fd, text.data(), text.size());
+  int e = errno;
+  close(fd);
+  if (n < 0) return j.Err(e, "write").Emit();
+  j.Ok().Emit();
+}
+
+}  // namespace
+
+int ParseSignal(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) return std::stoi(s);
+  std::string name = s.rfind("SIG", 0) == 0 ? s.substr(3) : s;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    const char* abbrev = sigabbrev_np(sig);
+    if (abbrev && name == abbrev) return sig;
+  }
+  return -1;
+}
+
+void OpWriteFile(const Op& op) {
+  Json j(op.name);
+  j.Str("path", op.pos[0]);
+  WriteText(j, op.pos[0], op.pos[1], op.Flag("create"));
+}
+
+void OpUnlink(const Op& op) {
+  Json j(op.name);
+  j.Str("path", op.pos[0]);
+  if (unlink(op.pos[0].c_str()) != 0) return j.Err(errno, "unlink").Emit();
+  j.Ok().Emit();
+}
+
+void OpMkdir(const Op& op) {
+  Json j(op.name);
+  j.Str("path", op.pos[0]);
+  if (mkdir(op.pos[0].c_str(), 0755) != 0) return j.Err(errno, "mkdir").Emit();
+  j.Ok().Emit();
+}
+
+void OpKill(const Op& op) {
+  Json j(op.name);
+  const int pid = std::stoi(op.pos[0]);
+  const int sig = ParseSignal(op.pos[1]);
+  j.Int("pid", pid).Int("signal", sig);
+  if (kill(pid, sig) != 0) return j.Err(errno, "kill").Emit();
+  j.Ok().Emit();
+}
+
+void OpJoinCgroup(const Op& op) {
+  Json j(op.name);
+  std::string path = op.pos[0];
+  if (path.size() < 12 || path.compare(path.size() - 12, 12, "cgroup.procs") != 0)
+    path += "/cgroup.procs";
+  j.Str("path", path);
+  WriteText(j, path, std::to_string(getpid()), false);
+}
+
+void OpExec(const Op& op) {
+  std::vector<char*> argv;
+  for (const auto& a : op.exec_argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  fflush(stdout);
+  execvp(argv[0], argv.data());
+  Json j(op.name);
+  j.Str("argv0", op.exec_argv[0]).Err(errno, "execvp").Emit();
+}
+
+void OpSleep(const Op& op) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(op.pos[0])));
+  Json j(op.name);
+  j.Ok().Emit();
+}
+
+void OpInfo(const Op& op) {
+  Json j(op.name);
+  char ns[64] = {};
+  ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
+  j.Int("pid", getpid())
+      .Int("uid", getuid())
+      .Str("cap_eff", StatusField("CapEff"))
+      .Str("cap_bnd", StatusField("CapBnd"))
+      .Str("cgroup", OwnCgroup())
+      .Str("netns", n > 0 ? std::string(ns, n) : "")
+      .Ok()
+      .Emit();
+}
+
+}  // namespace egressd::probe
