@@ -1,0 +1,189 @@
+// Tests 2-5 of the foundation issue: the ways a hostile sandbox (root, only
+// CAP_NET_RAW) tries to reach a denied address without a plain connect():
+// sendmmsg batches, IPv4-mapped and NAT64 forms, raw sockets, ICMP, IPv6
+// routing headers, IPv4 source routes, TCP Fast Open and io_uring.  Each
+// denial is proven at the lab host, with a positive control on the same path.
+#include <string>
+#include <vector>
+
+#include "egressd_env.h"
+
+namespace egressd::test {
+namespace {
+
+using lab::Lab;
+using namespace egressd::lab;  // addresses and protocol numbers
+
+class Bypass : public testing::Test {
+ protected:
+  void SetUp() override {
+    EGR_REQUIRE_PRIVILEGES();
+    Shared().lab().ResetCounters();
+  }
+  Lab& lab() { return Shared().lab(); }
+  // Default policy: the connected floor (allow all but protected endpoints).
+  std::vector<ProbeLine> Sandboxed(const std::vector<std::string>& probe,
+                                   const std::vector<std::string>& policy = {}) {
+    RunResult r = Shared().RunSandboxed(policy, probe);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    last_ = r.Describe();
+    return Lines(r);
+  }
+  ProbeLine One(const std::vector<std::string>& probe, const std::vector<std::string>& policy = {}) {
+    auto l = Sandboxed(probe, policy);
+    EXPECT_EQ(l.size(), 1u) << last_;
+    return l.empty() ? ProbeLine{} : l[0];
+  }
+  void ExpectNothingArrivedAt(const char* addr) {
+    Lab::Settle();
+    EXPECT_EQ(lab().PacketsTo(addr), 0u) << addr << "\n" << lab().CountersSummary() << "\n" << last_;
+  }
+  std::string last_;
+};
+
+TEST_F(Bypass, SendmmsgBatchDeliversOnlyAllowedDestinations) {
+  auto lines = Sandboxed({"udp-sendmmsg",
+                          "192.0.2.10:7000,169.254.169.254:7000,[2001:db8::10]:7001,[fd00:ec2::254]:7000,"
+                          "198.51.100.7:7001",
+                          "--wait-ms", "500"});
+  ASSERT_EQ(lines.size(), 5u) << last_;
+  EXPECT_EQ(lines[0]["result"], "ok") << last_;
+  EXPECT_EQ(lines[1]["errno"], "EPERM") << last_;
+  EXPECT_EQ(lines[2]["result"], "ok") << last_;
+  EXPECT_EQ(lines[3]["errno"], "EPERM") << last_;
+  EXPECT_EQ(lines[4]["result"], "ok") << last_;
+  EXPECT_TRUE(Lab::WaitFor([&] {
+    return lab().UdpDatagrams(kPublicA4, 7000) == 1 && lab().UdpDatagrams(kPublicA6, 7001) == 1 &&
+           lab().UdpDatagrams(kPublicD4, 7001) == 1;
+  })) << lab().CountersSummary();
+  ExpectNothingArrivedAt(kImds4);
+  ExpectNothingArrivedAt(kImds6);
+}
+
+TEST_F(Bypass, SendmsgAndSendtoAreJudgedPerCall) {
+  auto lines = Sandboxed({"udp-sendmsg", kImds4, "7000", "--then", "udp-sendmsg", kPublicB4, "7000",
+                          "--then", "udp-sendto", kImds6, "7001", "--then", "udp-sendto", kPublicB6, "7001"});
+  ASSERT_EQ(lines.size(), 4u) << last_;
+  EXPECT_EQ(lines[0]["errno"], "EPERM");
+  EXPECT_EQ(lines[1]["echo"], "true") << last_;
+  EXPECT_EQ(lines[2]["errno"], "EPERM");
+  EXPECT_EQ(lines[3]["echo"], "true") << last_;
+  ExpectNothingArrivedAt(kImds4);
+  ExpectNothingArrivedAt(kImds6);
+}
+
+TEST_F(Bypass, Ipv4MappedImdsIsDeniedOnConnect6AndSendmsg6) {
+  EXPECT_EQ(One({"mapped6", kImds4, "80"})["errno"], "EPERM") << last_;
+  EXPECT_EQ(One({"mapped6", kImds4, "7000", "--udp"})["errno"], "EPERM") << last_;
+  EXPECT_EQ(One({"mapped6", kImds4, "7000", "--udp-connected"})["errno"], "EPERM") << last_;
+  ExpectNothingArrivedAt(kImds4);
+}
+
+TEST_F(Bypass, Ipv4MappedAllowedAddressIsAllowed) {
+  const std::vector<std::string> policy = {"--egress", kPublicB4, "--egress", kPublicE4};
+  EXPECT_TRUE(Ok(One({"mapped6", kPublicB4, "443"}, policy))) << last_;
+  EXPECT_EQ(One({"mapped6", kPublicE4, "7000", "--udp"}, policy)["echo"], "true") << last_;
+  EXPECT_EQ(One({"mapped6", kPublicA4, "443"}, policy)["errno"], "EPERM") << last_;  // not named
+  EXPECT_TRUE(Lab::WaitFor([&] {
+    return lab().TcpAccepts(kPublicB4, 443) == 1 && lab().UdpDatagrams(kPublicE4, 7000) == 1;
+  })) << lab().CountersSummary();
+  ExpectNothingArrivedAt(kPublicA4);
+}
+
+TEST_F(Bypass, Nat64FormOfImdsIsDenied) {
+  EXPECT_EQ(One({"tcp", kNat64Imds, "80"})["errno"], "EPERM") << last_;
+  EXPECT_EQ(One({"udp-sendto", kNat64Imds, "7000"})["errno"], "EPERM") << last_;
+  ExpectNothingArrivedAt(kNat64Imds);
+  // Positive control: the NAT64 form of a public address is an ordinary destination.
+  EXPECT_TRUE(Ok(One({"tcp", kNat64PublicA, "80"}))) << last_;
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(kNat64PublicA, 80) == 1; }));
+}
+
+TEST_F(Bypass, RawUdpToDeniedAddressNeverArrives) {
+  One({"raw-udp", kImds4, "7000"});
+  One({"raw-udp", kImds6, "7000"});
+  ExpectNothingArrivedAt(kImds4);
+  ExpectNothingArrivedAt(kImds6);
+  // Positive control: the same raw path to an allowed address arrives.
+  EXPECT_EQ(One({"raw-udp", kPublicB4, "7001"})["echo"], "true") << last_;
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().UdpDatagrams(kPublicB4, 7001) == 1; }));
+}
+
+TEST_F(Bypass, RawIcmpToDeniedAddressNeverArrives) {
+  One({"raw-icmp", kImds4});
+  One({"raw-icmp", kImds6});
+  One({"raw-icmp", kAlibabaMeta4});
+  ExpectNothingArrivedAt(kImds4);
+  ExpectNothingArrivedAt(kImds6);
+  ExpectNothingArrivedAt(kAlibabaMeta4);
+  EXPECT_EQ(One({"raw-icmp", kPublicC4})["echo"], "true") << last_;
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().PacketsTo(kPublicC4, kProtoIcmp) >= 1; }));
+}
+
+TEST_F(Bypass, RawIcmpUnderAirgappedFloorReachesOnlyNamedHosts) {
+  const std::vector<std::string> policy = {"--floor", "airgapped", "--egress", kPublicF4};
+  One({"raw-icmp", kDns4}, policy);
+  One({"raw-icmp", kPublicA6}, policy);
+  ExpectNothingArrivedAt(kDns4);
+  ExpectNothingArrivedAt(kPublicA6);
+  EXPECT_EQ(One({"raw-icmp", kPublicF4}, policy)["echo"], "true") << last_;
+}
+
+TEST_F(Bypass, Ipv6RoutingHeaderViaDeniedHopSendsNothingThere) {
+  ProbeLine l = One({"rthdr6", kPublicA6, "7000", kImds6});
+  EXPECT_NE(l["result"], "ok") << last_;
+  ExpectNothingArrivedAt(kImds6);
+  ExpectNothingArrivedAt(kPublicA6);
+  // Positive control: a routing header whose every hop is allowed goes out.
+  ProbeLine ok = One({"rthdr6", kPublicA6, "7000", kPublicB6});
+  EXPECT_EQ(ok["result"], "ok") << last_;
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().PacketsFirstHeader(kPublicB6, kProtoRouting6) == 1; }))
+      << lab().CountersSummary();
+}
+
+TEST_F(Bypass, Ipv6RoutingHeaderToDeniedFinalDestinationIsRefused) {
+  // connect6 judges the final destination; the backstop judges every hop.
+  One({"rthdr6", kImds6, "7000", kPublicB6});
+  ExpectNothingArrivedAt(kPublicB6);
+  ExpectNothingArrivedAt(kImds6);
+}
+
+TEST_F(Bypass, Ipv4SourceRouteIsRefusedOutright) {
+  One({"lsrr4", kPublicA4, "7000", kImds4});
+  One({"lsrr4", kPublicA4, "7000", kPublicB4, "--strict"});
+  ExpectNothingArrivedAt(kImds4);
+  ExpectNothingArrivedAt(kPublicB4);
+  ExpectNothingArrivedAt(kPublicA4);
+  // Positive control: the same destination without the option.
+  EXPECT_EQ(One({"udp-connected", kPublicA4, "7000"})["echo"], "true") << last_;
+}
+
+TEST_F(Bypass, TcpFastOpenToDeniedAddressIsRefused) {
+  EXPECT_EQ(One({"tfo", kImds4, "80"})["errno"], "EPERM") << last_;
+  EXPECT_EQ(One({"tfo", kImds6, "80"})["errno"], "EPERM") << last_;
+  ExpectNothingArrivedAt(kImds4);
+  ExpectNothingArrivedAt(kImds6);
+  EXPECT_TRUE(Ok(One({"tfo", kPublicA4, "443"}))) << last_;
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(kPublicA4, 443) == 1; }));
+}
+
+TEST_F(Bypass, IoUringConnectToDeniedAddressIsRefused) {
+  EXPECT_EQ(One({"uring-connect", kImds4, "80"})["cqe_res"], "-1") << last_;
+  EXPECT_EQ(One({"uring-connect", kImds6, "80"})["cqe_res"], "-1") << last_;
+  ExpectNothingArrivedAt(kImds4);
+  ExpectNothingArrivedAt(kImds6);
+  EXPECT_EQ(One({"uring-connect", kPublicA6, "443"})["cqe_res"], "0") << last_;
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(kPublicA6, 443) == 1; }));
+}
+
+TEST_F(Bypass, SoMarkGivesNoExemption) {
+  // NET_RAW is enough to set SO_MARK since Linux 5.17; it must buy nothing.
+  for (const char* mark : {"1", "0x100", "0xffffffff"}) {
+    EXPECT_EQ(One({"so-mark", mark, kImds4, "80"})["errno"], "EPERM") << last_;
+    One({"raw-udp", kImds4, "7000"});  // the raw path too, after marking is possible
+  }
+  ExpectNothingArrivedAt(kImds4);
+}
+
+}  // namespace
+}  // namespace egressd::test
