@@ -1,0 +1,202 @@
+// Test 8 of the foundation issue: enforcement outlives the process that
+// loaded it (even SIGKILLed), `egressctl unload` really removes it (and
+// refuses while sandboxes depend on it), loading twice is idempotent, and a
+// policy flip is atomic: an established connection survives a flip that
+// still allows it and is cut by one that does not.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <glob.h>
+
+#include "absl/strings/match.h"
+#include "egressd_env.h"
+
+namespace egressd::test {
+namespace {
+
+using lab::Lab;
+using namespace egressd::lab;
+using std::chrono::milliseconds;
+
+bool Exists(const std::string& p) {
+  struct stat st {};
+  return stat(p.c_str(), &st) == 0;
+}
+
+// egressctl against a pin root of the test's own (an instance of its own).
+RunResult CtlAt(const std::string& pin_root, std::vector<std::string> args) {
+  RunSpec spec;
+  spec.argv = {BinaryPath("egressctl"), "--pin-root", pin_root};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.timeout = milliseconds(30000);
+  return lab::Run(spec);
+}
+
+class Lifecycle : public testing::Test {
+ protected:
+  void SetUp() override {
+    EGR_REQUIRE_PRIVILEGES();
+    lab().ResetCounters();
+  }
+  Lab& lab() { return Shared().lab(); }
+  ProbeLine ProbeIn(const std::string& cg, const std::vector<std::string>& args) {
+    RunResult r = lab().Probe(args, cg, /*hostile=*/true);
+    auto lines = Lines(r);
+    EXPECT_EQ(lines.size(), 1u) << r.Describe();
+    return lines.empty() ? ProbeLine{} : lines[0];
+  }
+};
+
+TEST_F(Lifecycle, SigkillOfTheLoadingProcessLeavesEnforcementUnchanged) {
+  const std::string pins = Shared().pin_root() + "-kill";
+  // This `egressctl run` loads its own instance, starts the sandbox, and is
+  // then SIGKILLed while the sandbox's command is still waiting to act.
+  RunSpec spec;
+  spec.argv = {BinaryPath("egressctl"), "--pin-root", pins, "run", "--egress", kPublicA4, "--",
+               "setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--",
+               BinaryPath("egressd-probe"), "sleep", "1500", "--then", "tcp", kImds4, "80", "--then",
+               "tcp", kPublicB4, "80", "--then", "raw-icmp", kPublicB6, "--then", "tcp", kPublicA4, "80"};
+  spec.netns = lab().client_netns();
+  auto bg = Start(spec);
+  ASSERT_TRUE(bg.ok()) << bg.status();
+  ASSERT_TRUE(Lab::WaitFor([&] { return Exists(pins + "/links/egr_skb_egress"); }, milliseconds(10000)));
+  std::this_thread::sleep_for(milliseconds(300));  // the sandbox is registered and sleeping
+  ASSERT_EQ(kill(bg->pid(), SIGKILL), 0);
+
+  std::vector<ProbeLine> lines;
+  while (lines.size() < 5) {
+    auto line = bg->ReadOutLine(milliseconds(8000));
+    if (!line) break;
+    auto l = ParseProbeLine(*line);
+    if (l.ok()) lines.push_back(*l);
+  }
+  ASSERT_EQ(lines.size(), 5u) << bg->err();
+  EXPECT_EQ(lines[1]["errno"], "EPERM") << "IMDS after the loader died";
+  EXPECT_EQ(lines[2]["errno"], "EPERM") << "an unnamed host after the loader died";
+  EXPECT_EQ(lines[4]["result"], "ok") << "the named host after the loader died";
+  Lab::Settle();
+  EXPECT_EQ(lab().PacketsTo(kImds4), 0u) << lab().CountersSummary();
+  EXPECT_EQ(lab().PacketsTo(kPublicB4), 0u) << lab().CountersSummary();
+  EXPECT_EQ(lab().PacketsTo(kPublicB6), 0u) << lab().CountersSummary();
+  EXPECT_EQ(lab().TcpAccepts(kPublicA4, 80), 1u) << lab().CountersSummary();
+
+  // The orphaned sandbox stays registered (fail closed) until someone removes it.
+  glob_t g{};
+  glob((Lab::cgroup2_root() + "/egressd/run-" + std::to_string(bg->pid()) + "-*").c_str(), 0, nullptr, &g);
+  ASSERT_EQ(g.gl_pathc, 1u);
+  std::string cg = g.gl_pathv[0];
+  globfree(&g);
+  { std::ofstream(cg + "/cgroup.kill") << "1"; }
+  bg->Wait(milliseconds(3000));
+  EXPECT_TRUE(absl::StrContains(CtlAt(pins, {"status"}).out, "sandbox"));
+  EXPECT_EQ(CtlAt(pins, {"sandbox", "remove", "--cgroup", cg}).exit_code, 0);
+  rmdir(cg.c_str());
+  EXPECT_EQ(CtlAt(pins, {"unload"}).exit_code, 0);
+  EXPECT_FALSE(Exists(pins));
+}
+
+TEST_F(Lifecycle, UnloadRefusesWhileSandboxesAreRegisteredThenRemovesEnforcement) {
+  const std::string pins = Shared().pin_root() + "-unload";
+  ASSERT_EQ(CtlAt(pins, {"load"}).exit_code, 0);
+  auto cg = lab().MakeCgroup("unload");
+  ASSERT_TRUE(cg.ok());
+  ASSERT_EQ(CtlAt(pins, {"sandbox", "add", "--cgroup", *cg, "--floor", "airgapped"}).exit_code, 0);
+  EXPECT_EQ(ProbeIn(*cg, {"tcp", kPublicC4, "80"})["errno"], "EPERM");
+
+  RunResult refused = CtlAt(pins, {"unload"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.Describe();
+  EXPECT_TRUE(absl::StrContains(refused.err, "--force")) << refused.err;
+  EXPECT_EQ(ProbeIn(*cg, {"tcp", kPublicC4, "80"})["errno"], "EPERM") << "a refused unload changed nothing";
+  Lab::Settle();
+  EXPECT_EQ(lab().PacketsTo(kPublicC4), 0u);
+
+  RunResult forced = CtlAt(pins, {"unload", "--force"});
+  ASSERT_EQ(forced.exit_code, 0) << forced.Describe();
+  EXPECT_FALSE(Exists(pins)) << "pins left behind";
+  EXPECT_TRUE(Ok(ProbeIn(*cg, {"tcp", kPublicC4, "80"}))) << "enforcement is gone after unload";
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(kPublicC4, 80) == 1; }));
+}
+
+TEST_F(Lifecycle, LoadingTwiceIsIdempotentAndKeepsSandboxes) {
+  auto cg = lab().MakeCgroup("reload");
+  ASSERT_TRUE(cg.ok());
+  ASSERT_EQ(Shared().Ctl({"sandbox", "add", "--cgroup", *cg, "--egress", kPublicD4}).exit_code, 0);
+  RunResult again = Shared().Ctl({"load"});
+  ASSERT_EQ(again.exit_code, 0) << again.Describe();
+  EXPECT_TRUE(absl::StrContains(again.out, "0 link(s) attached, 5 updated in place")) << again.out;
+  EXPECT_EQ(ProbeIn(*cg, {"tcp", kPublicE4, "80"})["errno"], "EPERM");
+  EXPECT_TRUE(Ok(ProbeIn(*cg, {"tcp", kPublicD4, "80"})));
+  EXPECT_EQ(Shared().Ctl({"sandbox", "remove", "--cgroup", *cg}).exit_code, 0);
+}
+
+class PolicyFlip : public Lifecycle {
+ protected:
+  // Starts a long-lived connection in `cg` and waits for its first rounds.
+  Background Hold(const std::string& cg) {
+    auto bg = lab().StartProbe({"hold", kPublicA4, "8080", "--interval-ms", "100", "--count", "40"}, cg);
+    EXPECT_TRUE(bg.ok()) << bg.status();
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(NextRoundOk(*bg)) << bg->err();
+    return std::move(*bg);
+  }
+  static bool NextRoundOk(Background& bg) {
+    auto line = bg.ReadOutLine(milliseconds(3000));
+    if (!line) return false;
+    auto l = ParseProbeLine(*line);
+    return l.ok() && (*l)["result"] == "ok";
+  }
+};
+
+TEST_F(PolicyFlip, EstablishedConnectionSurvivesAFlipThatStillAllowsIt) {
+  auto cg = lab().MakeCgroup("flip-keep");
+  ASSERT_TRUE(cg.ok());
+  ASSERT_EQ(Shared().Ctl({"sandbox", "add", "--cgroup", *cg, "--egress", kPublicA4}).exit_code, 0);
+  Background bg = Hold(*cg);
+  RunResult flip = Shared().Ctl({"sandbox", "add", "--cgroup", *cg, "--egress", kPublicA4, "--egress",
+                                 "198.51.100.0/24", "--on-deny", "drop"});
+  ASSERT_EQ(flip.exit_code, 0) << flip.Describe();
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(NextRoundOk(bg)) << "round after flip " << i << bg.err();
+  // The new policy is in force for new connections.
+  EXPECT_TRUE(Ok(ProbeIn(*cg, {"tcp", kPublicD4, "80"})));
+  EXPECT_EQ(lab().TcpAccepts(kPublicA4, 8080), 1u) << "one connection throughout";
+  bg.Stop();
+  EXPECT_EQ(Shared().Ctl({"sandbox", "remove", "--cgroup", *cg}).exit_code, 0);
+}
+
+TEST_F(PolicyFlip, EstablishedConnectionIsCutByAFlipThatRevokesIt) {
+  auto cg = lab().MakeCgroup("flip-cut");
+  ASSERT_TRUE(cg.ok());
+  ASSERT_EQ(Shared().Ctl({"sandbox", "add", "--cgroup", *cg, "--egress", kPublicA4}).exit_code, 0);
+  Background bg = Hold(*cg);
+  ASSERT_EQ(Shared().Ctl({"sandbox", "add", "--cgroup", *cg, "--egress", kPublicD4}).exit_code, 0);
+  bool any_ok_later = false;
+  // Allow for one round already in flight at the flip.
+  NextRoundOk(bg);
+  for (int i = 0; i < 3; ++i) any_ok_later |= NextRoundOk(bg);
+  EXPECT_FALSE(any_ok_later) << "the revoked connection kept working: " << bg.err();
+  EXPECT_EQ(ProbeIn(*cg, {"tcp", kPublicA4, "80"})["errno"], "EPERM");
+  bg.Stop();
+  EXPECT_EQ(Shared().Ctl({"sandbox", "remove", "--cgroup", *cg}).exit_code, 0);
+}
+
+TEST_F(PolicyFlip, IdenticalPoliciesShareOneEntrySet) {
+  auto a = lab().MakeCgroup("share-a");
+  auto b = lab().MakeCgroup("share-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(Shared().Ctl({"sandbox", "add", "--cgroup", *a, "--egress", "203.0.113.0/24"}).exit_code, 0);
+  ASSERT_EQ(Shared().Ctl({"sandbox", "add", "--cgroup", *b, "--egress", "203.0.113.0/24"}).exit_code, 0);
+  RunResult st = Shared().Ctl({"status", "--json"});
+  EXPECT_TRUE(absl::StrContains(st.out, "\"refcount\": 2")) << st.out;
+  EXPECT_EQ(Shared().Ctl({"sandbox", "remove", "--cgroup", *a}).exit_code, 0);
+  EXPECT_TRUE(Ok(ProbeIn(*b, {"tcp", kPublicF4, "80"}))) << "b keeps the shared policy";
+  EXPECT_EQ(ProbeIn(*b, {"tcp", kPublicA4, "80"})["errno"], "EPERM");
+  EXPECT_EQ(Shared().Ctl({"sandbox", "remove", "--cgroup", *b}).exit_code, 0);
+  st = Shared().Ctl({"status", "--json"});
+  EXPECT_TRUE(absl::StrContains(st.out, "\"policies\": []")) << "the last reference frees it: " << st.out;
+}
+
+}  // namespace
+}  // namespace egressd::test
