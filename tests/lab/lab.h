@@ -14,15 +14,14 @@
 #include <sys/types.h>
 
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -97,10 +96,14 @@ struct RunResult {
 
 // Blocking: captures stdout/stderr, SIGKILLs the process group on timeout.
 // A failure to start shows as exit_code 127 with the reason in `err`.
+// Inside a TEST body write `lab::Run(...)`: an unqualified Run names
+// testing::Test::Run there.
 RunResult Run(const RunSpec& spec);
 
-// A running child (own process group, SIGKILLed if the thread that started it
-// exits). stdout/stderr are drained by a thread, so the child never blocks.
+// A running child in its own process group. It gets PR_SET_PDEATHSIG=SIGKILL,
+// which fires when the *thread* that started it exits: start long-lived
+// children from the test's main thread. stdout/stderr are drained by a
+// thread, so the child never blocks on a full pipe.
 class Background {
  public:
   Background();
@@ -109,8 +112,8 @@ class Background {
   ~Background();  // Stop()
 
   pid_t pid() const;
-  // Next complete stdout line (without '\n'); false on timeout or EOF.
-  bool ReadOutLine(std::string* line, std::chrono::milliseconds timeout);
+  // Next complete stdout line (without '\n'); nullopt on timeout or EOF.
+  std::optional<std::string> ReadOutLine(std::chrono::milliseconds timeout);
   // Waits for exit (SIGKILL after timeout); returns status and all remaining output.
   RunResult Wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
   void Stop();  // SIGKILL the process group and reap

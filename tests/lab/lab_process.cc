@@ -187,6 +187,26 @@ bool Drain(int fd, std::string* into) {
   }
 }
 
+// Blocks SIGPIPE in this thread while feeding a child's stdin (a child that
+// exits early must not kill the test), and drops one that became pending.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlock() {
+    timespec zero{0, 0};
+    while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_, old_;
+};
+
 }  // namespace
 
 std::string RunResult::Describe() const {
@@ -196,6 +216,7 @@ std::string RunResult::Describe() const {
 }
 
 RunResult Run(const RunSpec& spec) {
+  SigpipeBlock no_sigpipe;
   RunResult r;
   auto sp = Spawn(spec);
   if (!sp.ok()) {
@@ -345,18 +366,18 @@ std::string Background::err() const {
   return st_->err_buf;
 }
 
-bool Background::ReadOutLine(std::string* line, std::chrono::milliseconds timeout) {
-  if (!st_) return false;
+std::optional<std::string> Background::ReadOutLine(std::chrono::milliseconds timeout) {
+  if (!st_) return std::nullopt;
   std::unique_lock<std::mutex> l(st_->mu);
   size_t nl = std::string::npos;
   st_->cv.wait_for(l, timeout, [&] {
     nl = st_->out_buf.find('\n', st_->out_pos);
     return nl != std::string::npos || st_->out_eof;
   });
-  if (nl == std::string::npos) return false;
-  *line = st_->out_buf.substr(st_->out_pos, nl - st_->out_pos);
+  if (nl == std::string::npos) return std::nullopt;
+  std::string line = st_->out_buf.substr(st_->out_pos, nl - st_->out_pos);
   st_->out_pos = nl + 1;
-  return true;
+  return line;
 }
 
 RunResult Background::Wait(std::chrono::milliseconds timeout) {

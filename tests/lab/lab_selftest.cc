@@ -130,6 +130,10 @@ TEST(RunTest, CapturesOutputAndExitCode) {
   EXPECT_EQ(lab::Run(s).out, "y");
   s.argv = {"/nonexistent/binary"};
   EXPECT_EQ(lab::Run(s).exit_code, 127);
+  // A child that exits without reading a large stdin must not SIGPIPE us.
+  s.argv = {"true"};
+  s.stdin_data.assign(1 << 20, 'x');
+  EXPECT_EQ(lab::Run(s).exit_code, 0);
 }
 
 // ---- lifecycle --------------------------------------------------------------------
@@ -157,9 +161,9 @@ TEST(LabLifecycleTest, DestructorRemovesEverything) {
                                "10000"},
                               *cg);
   ASSERT_TRUE(held.ok()) << held.status();
-  std::string line;
-  ASSERT_TRUE(held->ReadOutLine(&line, milliseconds(5000))) << held->err();
-  EXPECT_TRUE(absl::StrContains(line, "\"result\":\"ok\"")) << line;
+  std::optional<std::string> line = held->ReadOutLine(milliseconds(5000));
+  ASSERT_TRUE(line) << held->err();
+  EXPECT_TRUE(absl::StrContains(*line, "\"result\":\"ok\"")) << *line;
   RunSpec sleeper;
   sleeper.argv = {"sleep", "600"};
   sleeper.netns = lab->client_netns();
@@ -188,7 +192,8 @@ TEST(LabLifecycleTest, SweepRemovesOnlyStaleObjects) {
   ASSERT_GT(dead, 0);
   waitpid(dead, nullptr, 0);
   const std::string stale = absl::StrCat("egl-", dead, "-beef");
-  const std::string live = "egl-1-cafe";  // pid 1 started before anything here
+  // Ours, made after we started: not stale while we live (and swept once we are gone).
+  const std::string live = absl::StrCat("egl-", getpid(), "-cafe");
   for (const auto& name : {stale + "-c", live + "-c"}) {
     RunSpec s;
     s.argv = {"ip", "netns", "add", name};
@@ -449,12 +454,12 @@ TEST_F(LabTest, HoldKeepsOneConnectionAlive) {
   auto bg = lab_->StartProbe({"hold", kPublicC4, "8080", "--interval-ms", "30", "--count", "5"});
   ASSERT_TRUE(bg.ok()) << bg.status();
   for (int i = 0; i <= 5; ++i) {
-    std::string line;
-    ASSERT_TRUE(bg->ReadOutLine(&line, milliseconds(5000))) << "round " << i << bg->err();
-    auto l = ParseProbeLine(line);
-    ASSERT_TRUE(l.ok()) << line;
+    std::optional<std::string> line = bg->ReadOutLine(milliseconds(5000));
+    ASSERT_TRUE(line) << "round " << i << bg->err();
+    auto l = ParseProbeLine(*line);
+    ASSERT_TRUE(l.ok()) << *line;
     EXPECT_EQ((*l)["round"], std::to_string(i));
-    EXPECT_EQ((*l)["result"], "ok") << line;
+    EXPECT_EQ((*l)["result"], "ok") << *line;
   }
   RunResult r = bg->Wait(milliseconds(5000));
   EXPECT_EQ(r.exit_code, 0) << r.Describe();

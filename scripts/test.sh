@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what is needed, builds, and runs every test (unit and privileged)
+# through ctest.  REQUIRE_BPF=1: a privileged test that cannot run fails
+# instead of skipping.  Run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ $(id -u) -ne 0 ]]; then
+  echo "test.sh: run as root (the privileged tests load BPF and build namespaces)" >&2
+  exit 2
+fi
+./scripts/install-deps.sh
+./scripts/build.sh
+export REQUIRE_BPF=1
+cd "${BUILD_DIR:-build}"
+ctest --output-on-failure "$@"
