@@ -5,6 +5,10 @@
 #include <sys/random.h>
 
 #include <cstring>
+#include <vector>
+
+// The kernel's internal "operation not supported" (not in libc headers).
+constexpr int ENOTSUPP_ = 524;
 
 #include <spdlog/spdlog.h>
 
@@ -39,6 +43,21 @@ absl::Status DeleteLpmKeysOf(int fd, const char* map, PolicyId id) {
       return ErrnoStatus(errno, absl::StrCat("delete from ", map));
     }
   }
+  return absl::OkStatus();
+}
+
+// Writes many entries with one BPF_MAP_UPDATE_BATCH where the kernel offers
+// it for the map type, element by element otherwise.
+template <typename K, typename V>
+absl::Status UpdateMany(int fd, const char* map, const std::vector<K>& keys, const std::vector<V>& values) {
+  if (keys.empty()) return absl::OkStatus();
+  uint32_t count = static_cast<uint32_t>(keys.size());
+  DECLARE_LIBBPF_OPTS(bpf_map_batch_opts, opts, .elem_flags = BPF_ANY);
+  if (bpf_map_update_batch(fd, keys.data(), values.data(), &count, &opts) == 0) return absl::OkStatus();
+  if (errno != EINVAL && errno != ENOTSUP && errno != EOPNOTSUPP && errno != ENOTSUPP_) {
+    return ErrnoStatus(errno, absl::StrCat("batch update ", map, " (", keys.size(), " entries)"));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) EGR_RETURN_IF_ERROR(Update(fd, map, keys[i], values[i]));
   return absl::OkStatus();
 }
 
@@ -88,14 +107,20 @@ absl::Status PolicyStore::WriteEntries(PolicyId id, const policy::CompiledPolicy
     }
   }
   EGR_ASSIGN_OR_RETURN(auto entries, BuildAllowEntries(p.allowed));
+  std::vector<egr_lpm4_key> k4;
+  std::vector<egr_lpm6_key> k6;
+  std::vector<egr_allow_val> v4, v6;
   for (const auto& e : entries) {
     if (e.cidr.addr().is_v4()) {
-      EGR_RETURN_IF_ERROR(Update(maps_.allow4(), EGR_MAP_ALLOW4, MakeLpm4Key(id, e.cidr), e.value));
+      k4.push_back(MakeLpm4Key(id, e.cidr));
+      v4.push_back(e.value);
     } else {
-      EGR_RETURN_IF_ERROR(Update(maps_.allow6(), EGR_MAP_ALLOW6, MakeLpm6Key(id, e.cidr), e.value));
+      k6.push_back(MakeLpm6Key(id, e.cidr));
+      v6.push_back(e.value);
     }
   }
-  return absl::OkStatus();
+  EGR_RETURN_IF_ERROR(UpdateMany(maps_.allow4(), EGR_MAP_ALLOW4, k4, v4));
+  return UpdateMany(maps_.allow6(), EGR_MAP_ALLOW6, k6, v6);
 }
 
 absl::Status PolicyStore::DeleteEntries(PolicyId id) {
