@@ -31,6 +31,7 @@ struct egr_pkt {
 	__u32 rh_offset; /* where those addresses start */
 };
 
+
 enum egr_parse {
 	EGR_PARSE_OK = 0,
 	EGR_PARSE_NOT_IP,    /* neither IPv4 nor IPv6: no destination to judge */
@@ -44,13 +45,18 @@ static __always_inline int egr_l4_has_ports(__u8 proto)
 	       proto == IPPROTO_DCCP;
 }
 
-static __always_inline void egr_load_dport(struct __sk_buff *skb, __u32 off, struct egr_pkt *p)
+/* A first fragment must carry its whole header chain (RFC 7112): a port-
+ * bearing protocol whose ports are not in the packet is malformed, refused. */
+static __always_inline int egr_load_dport(struct __sk_buff *skb, __u32 off, struct egr_pkt *p)
 {
 	__u16 ports[2];
 
-	if (egr_l4_has_ports(p->l4proto) &&
-	    !bpf_skb_load_bytes(skb, off, ports, sizeof(ports)))
-		p->dport = bpf_ntohs(ports[1]);
+	if (!egr_l4_has_ports(p->l4proto))
+		return EGR_PARSE_OK;
+	if (bpf_skb_load_bytes(skb, off, ports, sizeof(ports)))
+		return EGR_PARSE_REFUSE;
+	p->dport = bpf_ntohs(ports[1]);
+	return EGR_PARSE_OK;
 }
 
 /* IPv4 loose/strict source routing asks hosts on the path to forward to
@@ -114,7 +120,7 @@ static __always_inline int egr_parse_ipv4(struct __sk_buff *skb, struct egr_pkt 
 	egr_addr_from_v4(&p->dst, iph.daddr);
 	p->l4proto = iph.protocol;
 	if ((bpf_ntohs(iph.frag_off) & 0x1fff) == 0) /* first fragment only */
-		egr_load_dport(skb, hdr_len, p);
+		return egr_load_dport(skb, hdr_len, p);
 	return EGR_PARSE_OK;
 }
 
@@ -171,7 +177,7 @@ static __always_inline int egr_parse_ipv6(struct __sk_buff *skb, struct egr_pkt 
 		default:
 			p->l4proto = next;
 			if (first_fragment)
-				egr_load_dport(skb, off, p);
+				return egr_load_dport(skb, off, p);
 			return EGR_PARSE_OK;
 		}
 	}

@@ -1,0 +1,235 @@
+// The cgroup_skb backstop's packet logic, table-driven through
+// BPF_PROG_TEST_RUN: crafted packets (IPv4 options, IPv6 extension header
+// chains, routing headers, fragments, NAT64) run through the very program in
+// force.  test_run gives the packet a dummy socket charged to the calling
+// process's cgroup, so a child process that joined a registered cgroup is
+// judged by that cgroup's policy.
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "egressd_env.h"
+#include "loader/environment.h"
+#include "userspace/control/registry.h"
+
+namespace egressd::test {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+void Put16(Bytes& b, uint16_t v) { b.push_back(v >> 8); b.push_back(v & 0xff); }
+void PutAddr(Bytes& b, const char* a) {
+  uint8_t buf[16];
+  if (inet_pton(AF_INET, a, buf) == 1) { b.insert(b.end(), buf, buf + 4); return; }
+  inet_pton(AF_INET6, a, buf);
+  b.insert(b.end(), buf, buf + 16);
+}
+Bytes Eth(uint16_t proto) {
+  Bytes b(12, 0x02);
+  Put16(b, proto);
+  return b;
+}
+Bytes UdpHeader(uint16_t dport) {
+  Bytes b;
+  Put16(b, 40000); Put16(b, dport); Put16(b, 8); Put16(b, 0);
+  return b;
+}
+
+// IPv4 with optional options (padded to 32 bits) and fragment offset.
+Bytes V4(const char* dst, uint8_t proto, uint16_t dport, Bytes options = {}, uint16_t frag_off = 0) {
+  while (options.size() % 4) options.push_back(0);
+  Bytes b = Eth(0x0800);
+  uint8_t ihl = 5 + options.size() / 4;
+  b.push_back(0x40 | ihl); b.push_back(0);
+  Put16(b, ihl * 4 + 8); Put16(b, 1); Put16(b, frag_off);
+  b.push_back(64); b.push_back(proto); Put16(b, 0);
+  PutAddr(b, "203.0.113.2"); PutAddr(b, dst);
+  b.insert(b.end(), options.begin(), options.end());
+  Bytes l4 = UdpHeader(dport);
+  b.insert(b.end(), l4.begin(), l4.end());
+  return b;
+}
+
+struct Ext { uint8_t type; Bytes body; };  // body after the (next, len) pair
+
+Bytes Routing(uint8_t rh_type, const std::vector<const char*>& hops) {
+  Bytes body = {rh_type, uint8_t(hops.size()), 0, 0, 0, 0};  // type, segs left, last entry/flags/tag
+  for (const char* h : hops) PutAddr(body, h);
+  return body;
+}
+
+// IPv6 with an extension header chain; the final header is UDP to dport.
+Bytes V6(const char* dst, uint16_t dport, const std::vector<Ext>& exts = {}, uint8_t final_proto = 17) {
+  Bytes chain;
+  for (size_t i = 0; i < exts.size(); ++i) {
+    uint8_t next = i + 1 < exts.size() ? exts[i + 1].type : final_proto;
+    Bytes body = exts[i].body;
+    if (exts[i].type == 44) {  // fragment header: fixed 8 bytes, no length field
+      chain.push_back(next);
+      chain.insert(chain.end(), body.begin(), body.end());
+      continue;
+    }
+    while ((body.size() + 2) % 8) body.push_back(0);
+    chain.push_back(next);
+    chain.push_back(uint8_t((body.size() + 2) / 8 - 1));
+    chain.insert(chain.end(), body.begin(), body.end());
+  }
+  Bytes l4 = UdpHeader(dport);
+  Bytes b = Eth(0x86DD);
+  b.insert(b.end(), {0x60, 0, 0, 0});
+  Put16(b, chain.size() + l4.size());
+  b.push_back(exts.empty() ? final_proto : exts[0].type);
+  b.push_back(64);
+  PutAddr(b, "2001:db8:ffff::2"); PutAddr(b, dst);
+  b.insert(b.end(), chain.begin(), chain.end());
+  b.insert(b.end(), l4.begin(), l4.end());
+  return b;
+}
+
+// The first extension header claims to run past the end of the packet.
+Bytes OverlongFirstExtension(Bytes b) {
+  b[14 + 40 + 1] = 200;
+  return b;
+}
+
+Ext Pad(uint8_t type) { return {type, Bytes(6, 0)}; }
+
+constexpr uint32_t kPass = 1, kReject = 0;
+
+struct Vector {
+  const char* name;
+  Bytes packet;
+  uint32_t want;
+};
+
+std::vector<Vector> Vectors() {
+  const Bytes lsrr = {1, 131, 7, 4, 192, 0, 2, 11};          // NOP, LSRR via 192.0.2.11
+  const Bytes ssrr = {137, 7, 4, 169, 254, 169, 254};        // SSRR via the IMDS
+  const Bytes timestamp = {68, 4, 5, 0};                     // harmless option
+  return {
+      {"V4AllowedUdpPasses", V4("192.0.2.10", 17, 7000), kPass},
+      {"V4UnnamedDenied", V4("192.0.2.11", 17, 7000), kReject},
+      {"V4ProtectedDeniedEvenInsideAllowedCidr", V4("169.254.169.254", 17, 7000), kReject},
+      {"V4IcmpToAllowedPasses", V4("192.0.2.10", 1, 0), kPass},
+      {"V4IcmpToProtectedDenied", V4("169.254.169.254", 1, 0), kReject},
+      {"V4LooseSourceRouteRefused", V4("192.0.2.10", 17, 7000, lsrr), kReject},
+      {"V4StrictSourceRouteRefused", V4("192.0.2.10", 17, 7000, ssrr), kReject},
+      {"V4OtherOptionsPass", V4("192.0.2.10", 17, 7000, timestamp), kPass},
+      {"V4PortGrantMatches", V4("198.51.100.7", 6, 443), kPass},
+      {"V4PortGrantOtherPortDenied", V4("198.51.100.7", 6, 80), kReject},
+      {"V4NonFirstFragmentHasNoPortForAGrant", V4("198.51.100.7", 6, 443, {}, 0x0010), kReject},
+      {"V4NonFirstFragmentToAllPortsEntryPasses", V4("192.0.2.10", 17, 7000, {}, 0x0010), kPass},
+      {"V6AllowedPasses", V6("2001:db8::10", 7000), kPass},
+      {"V6UnnamedDenied", V6("2001:db8:1::5", 7000), kReject},
+      {"V6ProtectedDenied", V6("fd00:ec2::254", 7000), kReject},
+      {"V6Nat64OfProtectedV4Denied", V6("64:ff9b::a9fe:a9fe", 7000), kReject},
+      {"V6ExtensionChainToAllowedPasses", V6("2001:db8::10", 7000, {Pad(0), Pad(60)}), kPass},
+      {"V6SixExtensionHeadersRefused", V6("2001:db8::10", 7000, {Pad(0), Pad(60), Pad(60), Pad(60), Pad(60), Pad(60)}), kReject},
+      {"V6RoutingHeaderAllHopsAllowedPasses", V6("2001:db8::10", 7000, {{43, Routing(4, {"2001:db8::10", "2001:db8::11"})}}), kPass},
+      {"V6RoutingHeaderHopProtectedRefused", V6("2001:db8::10", 7000, {{43, Routing(4, {"2001:db8::10", "fd00:ec2::254"})}}), kReject},
+      {"V6RoutingHeaderHopUnnamedRefused", V6("2001:db8::10", 7000, {{43, Routing(4, {"2001:db8:1::5"})}}), kReject},
+      {"V6TwoRoutingHeadersRefused", V6("2001:db8::10", 7000, {{43, Routing(4, {"2001:db8::10"})}, {43, Routing(4, {"2001:db8::11"})}}), kReject},
+      {"V6FragmentFirstCarriesPort", V6("2001:db8::10", 7000, {{44, {0, 0, 0, 0, 0, 1, 0}}}), kPass},
+      {"V6ExtensionHeaderPastTheEndRefused", OverlongFirstExtension(V6("2001:db8::10", 7000, {Pad(60)})), kReject},
+      {"NotIpPasses", [] { Bytes b = Eth(0x0806); b.resize(60, 0); return b; }(), kPass},
+  };
+}
+
+// The program behind the pinned egr_skb_egress link.
+int BackstopProgFd(const std::string& pin_root) {
+  int link = bpf_obj_get((pin_root + "/links/egr_skb_egress").c_str());
+  if (link < 0) return -1;
+  bpf_link_info info{};
+  uint32_t len = sizeof(info);
+  int r = bpf_obj_get_info_by_fd(link, &info, &len);
+  close(link);
+  return r == 0 ? bpf_prog_get_fd_by_id(info.prog_id) : -1;
+}
+
+std::vector<std::pair<std::string, std::pair<int64_t, uint32_t>>> RunInCgroup(
+    int prog, const std::string& cgroup, const std::vector<Vector>& vectors);
+
+TEST(BackstopVectors, EachPacketGetsTheVerdictItsRuleNames) {
+  EGR_REQUIRE_PRIVILEGES();
+  Egressd& e = Shared();
+  auto cg = e.lab().MakeCgroup("testrun");
+  ASSERT_TRUE(cg.ok());
+  auto id = CgroupIdOf(*cg);
+  ASSERT_TRUE(id.ok());
+  policy::CompiledPolicy p;
+  p.default_verdict = policy::Verdict::kDeny;
+  p.protected_cidrs.push_back({*net::Cidr::Parse("169.254.169.254"), "test"});
+  p.protected_cidrs.push_back({*net::Cidr::Parse("fd00:ec2::254"), "test"});
+  p.allowed.push_back({*net::Cidr::Parse("192.0.2.10"), {}, "test"});
+  p.allowed.push_back({*net::Cidr::Parse("169.254.0.0/16"), {}, "test"});  // protected wins inside it
+  p.allowed.push_back({*net::Cidr::Parse("198.51.100.7"), {{443, 443}}, "test"});
+  p.allowed.push_back({*net::Cidr::Parse("2001:db8::/64"), {}, "test"});
+  p.allowed.push_back({*net::Cidr::Parse("64:ff9b::/96"), {}, "test"});
+  Paths paths;
+  paths.pin_root = e.pin_root();
+  control::Registry registry(paths);
+  ASSERT_TRUE(registry.Register(*id, p).ok());
+
+  int prog = BackstopProgFd(e.pin_root());
+  ASSERT_GE(prog, 0) << "cannot find the backstop program: " << std::strerror(errno);
+  auto results = RunInCgroup(prog, *cg, Vectors());
+  ASSERT_EQ(results.size(), Vectors().size());
+  for (const auto& [name, got] : results) EXPECT_EQ(got.first, int64_t(got.second)) << name;
+
+  // on-deny drop: denied packets are dropped as "congestion" (2), silently.
+  p.deny_action = policy::DenyAction::kDrop;
+  ASSERT_TRUE(registry.Register(*id, p).ok());
+  std::vector<Vector> drop = {{"DropAllowedPasses", V4("192.0.2.10", 17, 7000), kPass},
+                              {"DropDeniedIsCongestion", V4("192.0.2.11", 17, 7000), 2},
+                              {"DropProtectedV6IsCongestion", V6("fd00:ec2::254", 7000), 2}};
+  results = RunInCgroup(prog, *cg, drop);
+  ASSERT_EQ(results.size(), drop.size());
+  for (const auto& [name, got] : results) EXPECT_EQ(got.first, int64_t(got.second)) << name;
+  close(prog);
+  EXPECT_TRUE(registry.Unregister(*id).ok());
+}
+
+// Runs every vector through test_run from a child that joined `cgroup`;
+// returns name -> (got, want).
+std::vector<std::pair<std::string, std::pair<int64_t, uint32_t>>> RunInCgroup(
+    int prog, const std::string& cgroup, const std::vector<Vector>& vectors) {
+  std::vector<std::pair<std::string, std::pair<int64_t, uint32_t>>> results;
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return results;
+  pid_t child = fork();
+  if (child < 0) return results;
+  if (child == 0) {
+    int procs = open((cgroup + "/cgroup.procs").c_str(), O_WRONLY);
+    if (procs < 0 || write(procs, "0", 1) != 1) _exit(3);
+    for (const auto& v : vectors) {
+      Bytes out(v.packet.size() + 256);
+      DECLARE_LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = v.packet.data(),
+                          .data_out = out.data(), .data_size_in = uint32_t(v.packet.size()),
+                          .data_size_out = uint32_t(out.size()), .repeat = 1);
+      int64_t res = bpf_prog_test_run_opts(prog, &opts) == 0 ? int64_t(opts.retval) : -errno;
+      if (write(pipefd[1], &res, sizeof(res)) != sizeof(res)) _exit(4);
+    }
+    _exit(0);
+  }
+  close(pipefd[1]);
+  for (const auto& v : vectors) {
+    int64_t got = -1000;
+    if (read(pipefd[0], &got, sizeof(got)) != ssize_t(sizeof(got))) got = -1000;
+    results.push_back({v.name, {got, v.want}});
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "test_run child";
+  close(pipefd[0]);
+  return results;
+}
+
+}  // namespace
+}  // namespace egressd::test
