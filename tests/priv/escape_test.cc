@@ -113,6 +113,19 @@ TEST_F(Escape, KeepsOnlyCapNetRawOfTheDangerousOnes) {
   EXPECT_TRUE(bnd & (1ULL << 13)) << "CAP_NET_RAW is kept on purpose (the backstop judges raw sockets)";
 }
 
+TEST_F(Escape, UserFlagDropsToThatUid) {
+  lab::RunSpec spec;
+  spec.argv = {BinaryPath("egressctl"), "run", "--user", "65534", "--", "sh", "-c", "id -u; id -g"};
+  spec.env["EGRESSD_PIN_ROOT"] = Shared().pin_root();
+  RunResult r = lab::Run(spec);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_EQ(r.out, "65534\n65534\n");
+  spec.argv = {BinaryPath("egressctl"), "run", "--user", "no-such-user-egr", "--", "true"};
+  r = lab::Run(spec);
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "\"no-such-user-egr\"")) << r.err;
+}
+
 TEST_F(Escape, BadTargetExits2NamingItBeforeTheCommandStarts) {
   const std::string marker = "/tmp/egr-escape-marker-" + lab().id();
   lab::RunSpec spec;

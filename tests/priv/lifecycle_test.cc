@@ -133,6 +133,17 @@ TEST_F(Lifecycle, LoadingTwiceIsIdempotentAndKeepsSandboxes) {
   EXPECT_EQ(Shared().Ctl({"sandbox", "remove", "--cgroup", *cg}).exit_code, 0);
 }
 
+TEST_F(Lifecycle, RefusesToStartNamingWhatIsMissingAndChangesNothing) {
+  const std::string pins = Shared().pin_root() + "-probe";
+  RunSpec spec;
+  spec.argv = {BinaryPath("egressctl"), "--pin-root", pins, "load"};
+  spec.env["EGRESSD_NODE_NETNS"] = "/proc/self/ns/no-such-netns";
+  RunResult r = lab::Run(spec);
+  EXPECT_EQ(r.exit_code, 1) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "SO_NETNS_COOKIE on /proc/self/ns/no-such-netns")) << r.err;
+  EXPECT_FALSE(Exists(pins)) << "a refused start created " << pins;
+}
+
 class PolicyFlip : public Lifecycle {
  protected:
   // Starts a long-lived connection in `cg` and waits for its first rounds.

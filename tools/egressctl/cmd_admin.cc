@@ -38,6 +38,9 @@ const char* kStatNames[EGR_STAT_MAX] = {"connect_allow", "connect_deny", "sendms
 }  // namespace
 
 int CmdLoad(const Paths& paths) {
+  // Before the lock, which creates the pin dir: a node that cannot run
+  // egressd is left exactly as it was.
+  if (auto s = RequireKernel(paths); !s.ok()) return Report(s);
   auto lock = PinLock::Acquire(paths.pin_root);
   if (!lock.ok()) return Report(lock.status());
   auto r = LoadEnforcement(paths, *lock);

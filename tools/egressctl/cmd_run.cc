@@ -13,6 +13,7 @@
 #include "loader/environment.h"
 #include "loader/loader.h"
 #include "loader/pin_lock.h"
+#include "loader/probe.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/isolation.h"
 #include "tools/egressctl/policy_flags.h"
@@ -42,6 +43,7 @@ absl::Status ResolveUser(const std::string& user, run::IsolationSpec& spec) {
 // The first `egressctl run` on a machine loads egressd itself.
 absl::Status EnsureLoaded(const Paths& paths) {
   if (IsLoaded(paths)) return absl::OkStatus();
+  if (auto s = RequireKernel(paths); !s.ok()) return s;
   auto lock = PinLock::Acquire(paths.pin_root);
   if (!lock.ok()) return lock.status();
   if (IsLoaded(paths)) return absl::OkStatus();
