@@ -14,6 +14,7 @@ constexpr int ENOTSUPP_ = 524;
 
 #include "absl/strings/str_cat.h"
 #include "loader/errors.h"
+#include "maps/map_iter.h"
 
 namespace egressd::maps {
 namespace {
@@ -26,19 +27,11 @@ absl::Status Update(int fd, const char* map, const K& key, const V& value, uint6
   return absl::OkStatus();
 }
 
-// Deletes every key of an LPM trie whose policy id matches.  Collects first:
-// deleting while iterating would skip keys.
+// Deletes every key of an LPM trie whose policy id matches.
 template <typename Key>
 absl::Status DeleteLpmKeysOf(int fd, const char* map, PolicyId id) {
-  std::vector<Key> doomed;
-  Key key{}, next{};
-  const void* cur = nullptr;
-  while (bpf_map_get_next_key(fd, cur, &next) == 0) {
-    if (ntohl(next.policy_id) == id) doomed.push_back(next);
-    key = next;
-    cur = &key;
-  }
-  for (const auto& k : doomed) {
+  for (const auto& k : AllKeys<Key>(fd)) {
+    if (ntohl(k.policy_id) != id) continue;
     if (bpf_map_delete_elem(fd, &k) != 0 && errno != ENOENT) {
       return ErrnoStatus(errno, absl::StrCat("delete from ", map));
     }
@@ -65,13 +58,8 @@ absl::Status UpdateMany(int fd, const char* map, const std::vector<K>& keys, con
 
 absl::StatusOr<std::vector<StoredPolicy>> PolicyStore::List() const {
   std::vector<StoredPolicy> out;
-  PolicyId key = 0, next = 0;
-  const void* cur = nullptr;
-  while (bpf_map_get_next_key(maps_.policy(), cur, &next) == 0) {
-    egr_policy_val v{};
-    if (bpf_map_lookup_elem(maps_.policy(), &next, &v) == 0) out.push_back({next, v});
-    key = next;
-    cur = &key;
+  for (const auto& [id, header] : AllEntries<PolicyId, egr_policy_val>(maps_.policy())) {
+    out.push_back({id, header});
   }
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "loader/errors.h"
+#include "maps/map_iter.h"
 
 namespace egressd::maps {
 
@@ -44,14 +45,7 @@ absl::Status SandboxTable::Remove(uint64_t cgroup_id) {
 
 absl::StatusOr<std::vector<CgroupEntry>> SandboxTable::List() const {
   std::vector<CgroupEntry> out;
-  uint64_t key = 0, next = 0;
-  const void* cur = nullptr;
-  while (bpf_map_get_next_key(maps_.cgroups(), cur, &next) == 0) {
-    egr_cgroup_val v{};
-    if (bpf_map_lookup_elem(maps_.cgroups(), &next, &v) == 0) out.push_back({next, v});
-    key = next;
-    cur = &key;
-  }
+  for (const auto& [id, v] : AllEntries<uint64_t, egr_cgroup_val>(maps_.cgroups())) out.push_back({id, v});
   return out;
 }
 

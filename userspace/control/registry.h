@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "loader/environment.h"
+#include "maps/policy_store.h"
 #include "maps/sandbox_table.h"
 #include "userspace/policy/compiled_policy.h"
 
@@ -27,6 +28,9 @@ class Registry {
   absl::StatusOr<std::vector<maps::CgroupEntry>> List() const;
 
  private:
+  template <typename Fn>
+  absl::Status Locked(Fn fn);
+
   Paths paths_;
 };
 
