@@ -49,7 +49,7 @@ enum egr_note {
 /* Remembers what connect() decided, so the backstop recognises the packets of
  * an allowed connection and knows a TCP socket was actively opened (a TCP
  * socket with no record was never connect()ed: it is a listener or accepted). */
-static __always_inline void egr_note_socket(struct bpf_sock_addr *ctx,
+static __always_inline int egr_note_socket(struct bpf_sock_addr *ctx,
 					    const struct egr_cgroup_val *sb,
 					    const struct egr_addr *a,
 					    enum egr_note note, int foreign)
@@ -59,10 +59,10 @@ static __always_inline void egr_note_socket(struct bpf_sock_addr *ctx,
 	__u16 netns_flag = foreign ? EGR_SOCK_FOREIGN_NETNS : 0;
 
 	if (!sk)
-		return;
+		return 0;
 	st = bpf_sk_storage_get(&egr_sock_v1, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st)
-		return;
+		return 0;
 	switch (note) {
 	case EGR_NOTE_CONNECT_ALLOWED:
 		__builtin_memcpy(st->addr, a->b, 16);
@@ -78,6 +78,7 @@ static __always_inline void egr_note_socket(struct bpf_sock_addr *ctx,
 		st->flags |= EGR_SOCK_ACTIVE | netns_flag;
 		break;
 	}
+	return 1;
 }
 
 static __always_inline int egr_sock_addr_decide(struct bpf_sock_addr *ctx, int is_v4,
@@ -118,10 +119,13 @@ static __always_inline int egr_sock_addr_decide(struct bpf_sock_addr *ctx, int i
 				is_connect ? EGR_NOTE_CONNECT_ALLOWED : EGR_NOTE_SENDMSG, foreign);
 		return EGR_SOCK_ADDR_ALLOW;
 	}
-	egr_note_socket(ctx, sb, &dst,
-			is_connect ? EGR_NOTE_CONNECT_DENIED : EGR_NOTE_SENDMSG, foreign);
-	if (pol && pol->deny_action == EGR_ACTION_DROP)
-		return EGR_SOCK_ADDR_ALLOW; /* the backstop drops its packets */
+	/* on-deny drop lets the call proceed for the backstop to drop, which
+	 * needs the socket marked as actively opened; if it cannot be marked,
+	 * reject instead (a TCP socket without a mark would pass as inbound). */
+	if (egr_note_socket(ctx, sb, &dst,
+			    is_connect ? EGR_NOTE_CONNECT_DENIED : EGR_NOTE_SENDMSG, foreign) &&
+	    pol && pol->deny_action == EGR_ACTION_DROP)
+		return EGR_SOCK_ADDR_ALLOW;
 	return EGR_SOCK_ADDR_REJECT;
 }
 
