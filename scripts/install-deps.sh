@@ -12,6 +12,9 @@ packages=(
   libelf-dev zlib1g-dev
   # lab and tests
   iproute2 nftables dnsmasq-base util-linux procps iputils-ping tcpdump
+  # policy compiler: YAML, IDN, the public suffix list (read at run time);
+  # libFuzzer for tests/fuzz (only Recommended by clang, so not pulled in)
+  libyaml-dev libidn2-dev publicsuffix libclang-rt-14-dev
 )
 
 missing=()

@@ -299,8 +299,8 @@ TEST(CompiledPolicy, ContentHashSeesEveryField) {
 TEST(CompiledPolicy, ToJson) {
   CompiledPolicy p = Sample();
   p.protected_cidrs.resize(1);
-  p.names = {"api.example.com"};
-  p.wildcard_suffixes = {"example.org"};
+  p.names = {{"api.example.com", "task"}};
+  p.wildcard_suffixes = {{"example.org", "run --egress"}};
   const nlohmann::json want = nlohmann::json::parse(R"({
     "default": "deny",
     "on_deny": "drop",
@@ -309,8 +309,8 @@ TEST(CompiledPolicy, ToJson) {
       {"cidr": "10.0.0.0/8", "ports": ["443", "8000-8100"], "source": "run --egress"},
       {"cidr": "2001:db8::1/128", "ports": [], "source": "run --egress"}
     ],
-    "names": ["api.example.com"],
-    "wildcards": ["*.example.org"]
+    "names": [{"name": "api.example.com", "source": "task"}],
+    "wildcards": [{"wildcard": "*.example.org", "source": "run --egress"}]
   })");
   EXPECT_EQ(p.ToJson(), want) << p.ToJson().dump(2);
 

@@ -58,6 +58,7 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const std::string& user
   // is created or the command starts.
   auto policy = CompileFlags(flags);
   if (!policy.ok()) return Report(policy.status());
+  PrintWarnings(*policy);
   run::IsolationSpec spec;
   spec.argv = command;
   if (auto s = ResolveUser(user, spec); !s.ok()) return Report(s);

@@ -24,6 +24,7 @@ absl::StatusOr<uint64_t> LoadedCgroupId(const Paths& paths, const std::string& c
 int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFlags& flags) {
   auto policy = CompileFlags(flags);
   if (!policy.ok()) return Report(policy.status());
+  PrintWarnings(*policy);
   auto id = LoadedCgroupId(paths, cgroup);
   if (!id.ok()) return Report(id.status());
   return Report(control::Registry(paths).Register(*id, *policy));

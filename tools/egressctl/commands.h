@@ -14,10 +14,19 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
 
+// The policy inputs shared by run, sandbox add and policy check/compile.
 struct PolicyFlags {
   std::vector<std::string> egress;
   std::string floor = "connected";
   std::string on_deny = "reject";
+  bool floor_given = false;    // --floor was on the command line
+  bool on_deny_given = false;  // --on-deny was on the command line
+  std::string config;          // deployment config (YAML); empty: --floor
+  std::string policy;          // task declaration (YAML)
+  std::string runtime;         // runtime declaration (YAML)
+  std::string kind;            // empty: runtime with --runtime, else task
+  std::vector<std::string> grants;
+  bool compose = false;
 };
 
 int CmdLoad(const Paths& paths);
@@ -31,5 +40,10 @@ int CmdSandboxContain(const Paths& paths, const std::string& cgroup);
 
 int CmdRun(const Paths& paths, const PolicyFlags& flags, const std::string& user,
            const std::vector<std::string>& command);
+
+// policy check: exit 0 (printing a summary) or 2 (printing every problem).
+int CmdPolicyCheck(const PolicyFlags& flags);
+// policy compile: the compiled policy as "text" or "json".
+int CmdPolicyCompile(const PolicyFlags& flags, const std::string& format);
 
 }  // namespace egressd::cli

@@ -2,6 +2,7 @@
 // thin binary; every behaviour lives in a component the daemon shares).
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,15 +15,31 @@
 
 namespace {
 
-void AddPolicyFlags(CLI::App* cmd, egressd::cli::PolicyFlags& f) {
+// The policy inputs of run, sandbox add and policy check/compile.  `after`
+// collects what can only be known once parsing is done.
+void AddPolicyFlags(CLI::App* cmd, egressd::cli::PolicyFlags& f,
+                    std::vector<std::function<void()>>& after) {
   cmd->add_option("--egress", f.egress,
-                  "Allowed destination: an IPv4/IPv6 address or CIDR (repeatable). "
+                  "Allowed destination: a name, *.suffix, address or CIDR (repeatable). "
                   "Any --egress makes the sandbox deny-by-default")
       ->type_size(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--floor", f.floor, "connected (default) | airgapped | hosted");
-  cmd->add_option("--on-deny", f.on_deny, "reject (default: EPERM at once) | drop (silent)");
+  auto* floor = cmd->add_option("--floor", f.floor, "connected (default) | airgapped | hosted");
+  auto* on_deny = cmd->add_option("--on-deny", f.on_deny, "reject (default: EPERM at once) | drop (silent)");
+  cmd->add_option("--config", f.config, "Deployment config (YAML), instead of --floor");
+  cmd->add_option("--policy", f.policy, "Task declaration (YAML: egress: {allow: [...]})");
+  cmd->add_option("--runtime", f.runtime, "Runtime declaration (YAML: sandbox: {egress: {allow: [...]}})");
+  cmd->add_option("--kind", f.kind, "agent | task (default) | runtime (default with --runtime)");
+  cmd->add_option("--grant", f.grants, "Orchestrator grant ADDR:PORTS, e.g. 192.0.2.5:80,8000-8100 (repeatable)")
+      ->type_size(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--compose", f.compose, "The task ships compose services (reaches platform.containerRegistry)");
+  after.push_back([&f, floor, on_deny] {
+    f.floor_given = floor->count() > 0;
+    f.on_deny_given = on_deny->count() > 0;
+  });
 }
 
 }  // namespace
@@ -52,13 +69,14 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand("status", "Show sandboxes, policies and counters");
   status->add_flag("--json", json, "Print JSON");
 
+  std::vector<std::function<void()>> after_parse;
   auto* sandbox = app.add_subcommand("sandbox", "Register cgroups as sandboxes");
   sandbox->require_subcommand(1);
   std::string cgroup;
   cli::PolicyFlags add_flags;
   auto* add = sandbox->add_subcommand("add", "Register a cgroup with a policy, or flip its policy");
   add->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
-  AddPolicyFlags(add, add_flags);
+  AddPolicyFlags(add, add_flags, after_parse);
   auto* remove = sandbox->add_subcommand("remove", "Unregister a cgroup");
   remove->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
   auto* contain = sandbox->add_subcommand(
@@ -69,9 +87,19 @@ int main(int argc, char** argv) {
   std::string user;
   std::vector<std::string> command;
   auto* run = app.add_subcommand("run", "Run a command in a fresh transient sandbox");
-  AddPolicyFlags(run, run_flags);
+  AddPolicyFlags(run, run_flags, after_parse);
   run->add_option("--user", user, "Run the command as this user (name or uid)");
   run->add_option("command", command, "-- CMD [ARGS...]")->required();
+
+  auto* policy = app.add_subcommand("policy", "Check or compile a policy without applying it (no root needed)");
+  policy->require_subcommand(1);
+  cli::PolicyFlags check_flags, compile_flags;
+  auto* check = policy->add_subcommand("check", "Validate the inputs: exit 0, or 2 naming every problem");
+  AddPolicyFlags(check, check_flags, after_parse);
+  auto* compile = policy->add_subcommand("compile", "Print the compiled policy");
+  AddPolicyFlags(compile, compile_flags, after_parse);
+  std::string format = "text";
+  compile->add_option("-o,--output", format, "text (default) | json")->check(CLI::IsMember({"text", "json"}));
 
   try {
     app.parse(argc, argv);
@@ -83,6 +111,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "egressctl: %s\n", e.what());
     return cli::kExitBadInput;
   }
+  for (auto& f : after_parse) f();
   if (verbosity > 0) spdlog::set_level(verbosity > 1 ? spdlog::level::debug : spdlog::level::info);
 
   if (*load) return cli::CmdLoad(paths);
@@ -93,5 +122,7 @@ int main(int argc, char** argv) {
   if (*remove) return cli::CmdSandboxRemove(paths, cgroup);
   if (*contain) return cli::CmdSandboxContain(paths, cgroup);
   if (*run) return cli::CmdRun(paths, run_flags, user, command);
+  if (*check) return cli::CmdPolicyCheck(check_flags);
+  if (*compile) return cli::CmdPolicyCompile(compile_flags, format);
   return cli::kExitBadInput;
 }

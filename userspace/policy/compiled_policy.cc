@@ -43,7 +43,10 @@ std::string PortsText(const std::vector<PortRange>& ports) {
   return absl::StrJoin(parts, ",");
 }
 
-std::vector<std::string> SortedUnique(std::vector<std::string> v) {
+std::vector<std::string> SortedUnique(const std::vector<NameRule>& rules) {
+  std::vector<std::string> v;
+  v.reserve(rules.size());
+  for (const NameRule& r : rules) v.push_back(r.name);
   std::sort(v.begin(), v.end());
   v.erase(std::unique(v.begin(), v.end()), v.end());
   return v;
@@ -140,10 +143,13 @@ nlohmann::json CompiledPolicy::ToJson() const {
     j["allowed"].push_back(
         {{"cidr", a.cidr.ToString()}, {"ports", ports}, {"source", a.source}});
   }
-  j["names"] = names;
+  j["names"] = nlohmann::json::array();
+  for (const NameRule& n : names) {
+    j["names"].push_back({{"name", n.name}, {"source", n.source}});
+  }
   j["wildcards"] = nlohmann::json::array();
-  for (const std::string& w : wildcard_suffixes) {
-    j["wildcards"].push_back("*." + w);
+  for (const NameRule& w : wildcard_suffixes) {
+    j["wildcards"].push_back({{"wildcard", "*." + w.name}, {"source", w.source}});
   }
   return j;
 }
@@ -162,8 +168,12 @@ std::string CompiledPolicy::ToText() const {
     out += "allow " + a.cidr.ToString() + " ports " + PortsText(a.ports) + " (" +
            a.source + ")\n";
   }
-  for (const std::string& n : names) out += "name " + n + "\n";
-  for (const std::string& w : wildcard_suffixes) out += "wildcard *." + w + "\n";
+  for (const NameRule& n : names) {
+    out += "name " + n.name + " (" + n.source + ")\n";
+  }
+  for (const NameRule& w : wildcard_suffixes) {
+    out += "wildcard *." + w.name + " (" + w.source + ")\n";
+  }
   return out;
 }
 

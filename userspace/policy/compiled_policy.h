@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,17 +40,37 @@ struct ProtectedCidr {
   auto operator<=>(const ProtectedCidr&) const = default;
 };
 
+// An exact name, or the suffix of a wildcard ("*.example.com" is stored as
+// "example.com"): lower-case ASCII (IDN in punycode), no trailing dot.
+struct NameRule {
+  std::string name;
+  std::string source;  // where it came from, e.g. "task" or "run --egress"
+
+  NameRule() = default;
+  // Implicit, so a list of names can be written as {"a.example", ...}.
+  NameRule(std::string n, std::string s = {})
+      : name(std::move(n)), source(std::move(s)) {}
+  NameRule(const char* n) : name(n) {}
+  auto operator<=>(const NameRule&) const = default;
+};
+
 struct CompiledPolicy {
   Verdict default_verdict = Verdict::kAllow;
   DenyAction deny_action = DenyAction::kReject;
   // Denied whatever else the policy says; checked first.
   std::vector<ProtectedCidr> protected_cidrs;
-  // Sorted and deduplicated.
+  // Sorted and deduplicated; one entry per (cidr, ports), its sources joined
+  // with ", ".
   std::vector<AllowedCidr> allowed;
-  // Exact FQDNs (filled once names are supported).
-  std::vector<std::string> names;
-  // "*.example.com" stored as "example.com" (filled once names are supported).
-  std::vector<std::string> wildcard_suffixes;
+  // Exact names, sorted by name, one entry per name.  The kernel cannot judge
+  // a name: the DNS proxy resolves these and fills egr_resolved_v1.
+  std::vector<NameRule> names;
+  // "*.example.com" stored as "example.com", sorted, one entry per suffix.
+  std::vector<NameRule> wildcard_suffixes;
+  // What the compiler noticed but accepted (a wildcard over a public suffix,
+  // an ignored single-label host...), one sentence each.  Not policy content:
+  // neither hashed nor printed by ToJson/ToText.
+  std::vector<std::string> warnings;
 
   // Identical policies share one BPF policy id, and the id outlives the
   // process in pinned maps, so the hash must be the same in every process and
@@ -59,7 +80,7 @@ struct CompiledPolicy {
   uint64_t ContentHash() const;
   // {"default","on_deny","protected":[{"cidr","source"}],
   //  "allowed":[{"cidr","ports":["443","8000-8100"],"source"}],
-  //  "names","wildcards"}
+  //  "names":[{"name","source"}],"wildcards":[{"wildcard":"*.x","source"}]}
   nlohmann::json ToJson() const;
   // One entry a line, for operators.
   std::string ToText() const;

@@ -2,6 +2,7 @@
 #ifndef EGRESSD_USERSPACE_POLICY_FLOOR_H_
 #define EGRESSD_USERSPACE_POLICY_FLOOR_H_
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -25,6 +26,24 @@ Verdict FloorDefault(Floor floor);
 // sandbox destination; hosted adds the private, link-local and loopback
 // ranges its network edge blocks.
 std::vector<ProtectedCidr> FloorProtected(Floor floor);
+
+// The two halves of that list, for a deployment config that composes them:
+// the credential endpoints (every floor) and the hosted edge's ranges.
+std::vector<net::Cidr> CredentialEndpoints();
+std::vector<net::Cidr> HostedEdgeRanges();
+
+// How an allowed prefix meets the protected entries: inside one (the floor
+// denies it) or spanning one (it would allow more than the floor permits).
+// Either way it is refused, never narrowed: a sandbox must not run with less
+// than it declared.  A v6 prefix over the IPv4-mapped space (::ffff:0:0/96)
+// or the NAT64 prefix (64:ff9b::/96) reaches IPv4 destinations, so it is
+// judged by the IPv4 addresses it embeds, as the kernel judges it.
+struct FloorConflict {
+  bool inside;                   // else spans
+  const ProtectedCidr* entry;    // into the vector passed in
+};
+std::optional<FloorConflict> CheckFloor(const net::Cidr& c,
+                                        const std::vector<ProtectedCidr>& prot);
 
 }  // namespace egressd::policy
 

@@ -1,7 +1,6 @@
 #include "userspace/policy/run_targets.h"
 
 #include <algorithm>
-#include <array>
 #include <optional>
 #include <string_view>
 
@@ -51,54 +50,20 @@ std::optional<std::string> NotAnAddress(std::string_view t) {
   return std::nullopt;
 }
 
-// Whether an IPv6 prefix covers ::ffff:0:0/96.  A socket that connects to a
-// v4-mapped address reaches the IPv4 destination, so such a prefix spans
-// every IPv4 protected range even though the families differ.
-bool SpansMappedSpace(const net::Cidr& c) {
-  if (c.family() == net::Family::kV4 || c.prefix_len() > 96) return false;
-  std::array<uint8_t, 16> mapped{};
-  mapped[10] = mapped[11] = 0xff;
-  const auto& b = c.addr().bytes();
-  for (int bit = 0; bit < c.prefix_len(); ++bit) {
-    const uint8_t m = static_cast<uint8_t>(0x80 >> (bit % 8));
-    if ((b[bit / 8] & m) != (mapped[bit / 8] & m)) return false;
-  }
-  return true;
-}
-
-// The problem with `c` under the floor, or nullopt.  The first protected
-// entry in floor order is named, which puts the credential endpoints first.
+// The problem with `c` under the floor, or nullopt.
 std::optional<std::string> FloorProblem(const std::string& quoted,
                                         const net::Cidr& c,
                                         const std::vector<ProtectedCidr>& prot,
                                         std::string_view floor) {
-  for (const ProtectedCidr& p : prot) {
-    if (p.cidr.Contains(c)) {
-      return "--egress " + quoted + ": denied by the floor (protected " +
-             p.cidr.ToString() + ", floor " + std::string(floor) + ")";
-    }
+  const auto conflict = CheckFloor(c, prot);
+  if (!conflict) return std::nullopt;
+  const std::string p = conflict->entry->cidr.ToString();
+  if (conflict->inside) {
+    return "--egress " + quoted + ": denied by the floor (protected " + p +
+           ", floor " + std::string(floor) + ")";
   }
-  // Same-family containment is named before the v4-mapped kind, as the one
-  // a reader sees at a glance.
-  const ProtectedCidr* spanned = nullptr;
-  for (const ProtectedCidr& p : prot) {
-    if (c.Contains(p.cidr)) {
-      spanned = &p;
-      break;
-    }
-  }
-  if (spanned == nullptr && SpansMappedSpace(c)) {
-    for (const ProtectedCidr& p : prot) {
-      if (p.cidr.family() == net::Family::kV4) {
-        spanned = &p;
-        break;
-      }
-    }
-  }
-  if (spanned == nullptr) return std::nullopt;
-  return "--egress " + quoted + " spans protected " +
-         spanned->cidr.ToString() + " (floor " + std::string(floor) +
-         "); declare narrower targets";
+  return "--egress " + quoted + " spans protected " + p + " (floor " +
+         std::string(floor) + "); declare narrower targets";
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
-// The `egressctl run` compiler: one machine, one sandbox, the --egress
-// targets it was started with.
+// The first `egressctl run` compiler: one machine, one sandbox, the --egress
+// targets it was started with, addresses only.  egressctl now compiles with
+// Compile() (compiler.h), which agrees with this on every address target
+// (policy_conformance_test checks it); this stays for its callers.
 #ifndef EGRESSD_USERSPACE_POLICY_RUN_TARGETS_H_
 #define EGRESSD_USERSPACE_POLICY_RUN_TARGETS_H_
 

@@ -1,0 +1,271 @@
+// `egressctl policy check|compile` and the policy inputs of `run`, through
+// the built binary: exit codes, stdout and stderr exactly as a user sees
+// them.  No root needed (nothing here loads BPF).
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class Cli : public testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/egr-cli-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::string cmd = "rm -rf '" + dir_ + "'";
+    ASSERT_EQ(system(cmd.c_str()), 0);
+  }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // egressctl ARGS with the test's public suffix list and a pin root of its
+  // own (which nothing here may create).
+  Result Ctl(std::vector<std::string> args, const char* psl = EGR_TESTDATA "/public_suffix_list.dat") {
+    const std::string out = dir_ + "/stdout", err = dir_ + "/stderr";
+    pid_t pid = fork();
+    if (pid == 0) {
+      int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(o, 1);
+      dup2(e, 2);
+      setenv("EGRESSD_PUBLIC_SUFFIX_LIST", psl, 1);
+      setenv("EGRESSD_PIN_ROOT", (dir_ + "/pins").c_str(), 1);
+      std::vector<char*> argv = {const_cast<char*>(EGRESSCTL_PATH)};
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
+  }
+
+  std::string dir_;
+};
+
+constexpr const char* kTask = R"(egress:
+  allow:
+    - target.example.com # the host this task assesses
+    - '*.githubusercontent.com' # a wildcard suffix
+    - 10.20.0.0/16 # a range, for a target with no name
+)";
+
+TEST_F(Cli, CheckAcceptsTheSeedsTaskWithItsWarnings) {
+  Result r = Ctl({"policy", "check", "--policy", Write("task.yaml", kTask)});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "ok: default deny; allows 1 CIDR, 1 name, 1 wildcard; 7 protected CIDRs\n");
+  EXPECT_EQ(r.err,
+            "egressctl: warning: task egress.allow[1] \"*.githubusercontent.com\": a wildcard over "
+            "the public suffix \"githubusercontent.com\" reaches every site registered under it\n"
+            "egressctl: warning: names are not enforced yet (that needs egressd's DNS proxy): "
+            "\"target.example.com\", \"*.githubusercontent.com\" reach nothing from this sandbox "
+            "until then; addresses and CIDRs are enforced now\n");
+}
+
+TEST_F(Cli, CheckWithNoInputsIsTheEmbeddedDefault) {
+  Result r = Ctl({"policy", "check"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "ok: default allow; allows 0 CIDRs, 0 names, 0 wildcards; 7 protected CIDRs\n");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(Cli, CheckExits2WithEveryProblemAtOnce) {
+  const std::string deny = Write("deny.yaml", "egress: {deny: [prod.example.com]}\n");
+  Result r = Ctl({"policy", "check", "--policy", deny, "--egress", "*", "--egress", "169.254.0.0/16",
+                  "--kind", "Agent", "--grant", "192.0.2.1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "egressctl: invalid input, nothing was changed:\n"
+            "  task \"egress.deny\": unknown key; egress accepts one key, \"allow\" (there is no "
+            "deny list: an allow list that omits a host keeps the sandbox off it)\n"
+            "  --kind invalid workload kind \"Agent\"; valid: \"agent\", \"task\", \"runtime\"\n"
+            "  orchestrator grant \"192.0.2.1\": expected ADDRESS:PORTS (a grant names its ports)\n"
+            "  run --egress \"*\": is a bare *, which asks for the default rather than declaring a "
+            "scope; name the destinations, or declare nothing to keep the default\n"
+            "  run --egress \"169.254.0.0/16\": spans protected 169.254.169.254/32 (floor "
+            "connected); declare narrower targets\n");
+}
+
+TEST_F(Cli, ConfigErrorsAndTargetErrorsTogether) {
+  const std::string cfg = Write("egressd.yaml", "airgapped: true\nplatform: {modelGateway: 'http://litellm:4000'}\n");
+  Result r = Ctl({"policy", "check", "--config", cfg, "--floor", "hosted", "--egress", "10.0.0.0/33"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "egressctl: invalid input, nothing was changed:\n"
+            "  --floor \"hosted\": the deployment config sets the floor (airgapped, hostedEdge, "
+            "protected); use one of --floor and --config\n"
+            "  deployment setting platform.modelGateway \"http://litellm:4000\": single-label host "
+            "\"litellm\": a rule cannot match it (the sandbox's resolver expands it through its "
+            "search domains), so no sandbox of this airgapped deployment could reach this "
+            "platform service; use the fully qualified name\n"
+            "  run --egress \"10.0.0.0/33\": has prefix length 33; expected 0-32 for IPv4\n");
+}
+
+TEST_F(Cli, UnreadableFilesAreNamed) {
+  Result r = Ctl({"policy", "check", "--policy", "/nonexistent/task.yaml", "--config", "/nonexistent/egressd.yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "egressctl: invalid input, nothing was changed:\n"
+            "  --config \"/nonexistent/egressd.yaml\": cannot be read\n"
+            "  --policy \"/nonexistent/task.yaml\": cannot be read\n");
+}
+
+TEST_F(Cli, CompileTextIsTheCompiledPolicy) {
+  const std::string cfg = Write("egressd.yaml", R"(hostedEdge: false
+onDeny: drop
+platform:
+  api: https://api.platform.example
+sandboxExtraEnv: {HF_ENDPOINT: "http://user:pw@198.51.100.9:8080"}
+)");
+  Result r = Ctl({"policy", "compile", "--config", cfg, "--kind", "agent", "--grant", "192.0.2.9:8080,8443",
+                  "--egress", "Staging.Example.com."});
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> lines;
+  std::stringstream s(r.out);
+  for (std::string l; std::getline(s, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 14u) << r.out;
+  EXPECT_EQ(lines[0].substr(0, 7), "policy ");
+  const std::vector<std::string> tail(lines.begin() + 1, lines.end());
+  EXPECT_EQ(tail, (std::vector<std::string>{
+                      "default deny", "on_deny drop",
+                      "protected 169.254.169.254/32 (floor connected)",
+                      "protected 169.254.170.2/32 (floor connected)",
+                      "protected 169.254.170.23/32 (floor connected)",
+                      "protected fd00:ec2::254/128 (floor connected)",
+                      "protected fd00:ec2::23/128 (floor connected)",
+                      "protected 100.100.100.200/32 (floor connected)",
+                      "protected 168.63.129.16/32 (floor connected)",
+                      "allow 192.0.2.9/32 ports 8080,8443 (orchestrator grant)",
+                      "allow 198.51.100.9/32 ports all (deployment setting sandboxExtraEnv.HF_ENDPOINT)",
+                      "name api.platform.example (deployment setting platform.api)",
+                      "name staging.example.com (run --egress)"}));
+}
+
+TEST_F(Cli, CompileJsonCarriesSourcesAndTheHash) {
+  Result r = Ctl({"policy", "compile", "-o", "json", "--policy", Write("task.yaml", kTask),
+                  "--egress", "192.0.2.1", "--on-deny", "drop", "--floor", "airgapped"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["default"], "deny");
+  EXPECT_EQ(j["on_deny"], "drop");
+  EXPECT_EQ(j["protected"].size(), 7u);
+  EXPECT_EQ(j["protected"][0]["source"], "floor airgapped");
+  EXPECT_EQ(j["allowed"], nlohmann::json::parse(R"([
+    {"cidr": "10.20.0.0/16", "ports": [], "source": "task"},
+    {"cidr": "192.0.2.1/32", "ports": [], "source": "run --egress"}])"));
+  EXPECT_EQ(j["names"], nlohmann::json::parse(R"([{"name": "target.example.com", "source": "task"}])"));
+  EXPECT_EQ(j["wildcards"],
+            nlohmann::json::parse(R"([{"wildcard": "*.githubusercontent.com", "source": "task"}])"));
+  EXPECT_EQ(j["hash"].get<std::string>().size(), 16u);
+
+  // The same inputs in another order hash alike.
+  Result again = Ctl({"policy", "compile", "-o", "json", "--floor", "airgapped", "--on-deny", "drop",
+                      "--egress", "192.0.2.1", "--policy", dir_ + "/task.yaml"});
+  EXPECT_EQ(nlohmann::json::parse(again.out)["hash"], j["hash"]);
+}
+
+TEST_F(Cli, CompileRejectsAnUnknownFormat) {
+  Result r = Ctl({"policy", "compile", "-o", "yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("yaml"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, RuntimeDeclarationImpliesTheRuntimeKind) {
+  const std::string rt = Write("runtime.yaml", "sandbox:\n  egress:\n    allow: [198.51.100.0/24]\n");
+  Result r = Ctl({"policy", "check", "--runtime", rt});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "ok: default deny; allows 1 CIDR, 0 names, 0 wildcards; 7 protected CIDRs\n");
+  r = Ctl({"policy", "check", "--runtime", rt, "--kind", "task"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "egressctl: invalid input, nothing was changed:\n"
+            "  runtime \"sandbox.egress\": a runtime's declaration governs only that runtime's own "
+            "sandbox, not this task sandbox\n");
+}
+
+TEST_F(Cli, HostedFloorFlagIsAOneMachineConfig) {
+  Result r = Ctl({"policy", "check", "--floor", "hosted", "--egress", "10.1.2.3"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "egressctl: invalid input, nothing was changed:\n"
+            "  run --egress \"10.1.2.3\": denied by the floor (protected 10.0.0.0/8, floor hosted)\n");
+  r = Ctl({"policy", "check", "--floor", "hosted"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "ok: default allow; allows 0 CIDRs, 0 names, 0 wildcards; 16 protected CIDRs\n");
+}
+
+TEST_F(Cli, MissingPublicSuffixListIsSaidWhenItMatters) {
+  Result r = Ctl({"policy", "check", "--egress", "*.github.io"}, "/nonexistent/psl.dat");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.err.find("egressctl: warning: the public suffix list \"/nonexistent/psl.dat\" cannot "
+                       "be read (Debian package publicsuffix); wildcards over public suffixes are "
+                       "not flagged\n"),
+            std::string::npos)
+      << r.err;
+  r = Ctl({"policy", "check", "--egress", "192.0.2.1"}, "/nonexistent/psl.dat");
+  EXPECT_EQ(r.err, "");
+}
+
+// Bad input to `run` and `sandbox add` exits 2 before anything is loaded or
+// created, so this needs no root either.
+TEST_F(Cli, RunAndSandboxAddRefuseBadInputBeforeTouchingAnything) {
+  const std::string marker = dir_ + "/ran";
+  Result r = Ctl({"run", "--policy", Write("t.yaml", "egress: {allow: [localhost]}"), "--", "touch", marker});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "egressctl: invalid input, nothing was changed:\n"
+            "  task egress.allow[0] \"localhost\": is a single-label name: a rule cannot match it "
+            "(the sandbox's resolver expands it through its search domains); use the fully "
+            "qualified name\n");
+  r = Ctl({"sandbox", "add", "--cgroup", dir_, "--egress", "0.0.0.0/0"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("run --egress \"0.0.0.0/0\": spans protected"), std::string::npos) << r.err;
+  struct stat st {};
+  EXPECT_NE(stat(marker.c_str(), &st), 0) << "the command ran";
+  EXPECT_NE(stat((dir_ + "/pins").c_str(), &st), 0) << "a pin root was created";
+}
+
+TEST_F(Cli, ExistingSubcommandsKeepTheirFlags) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"run", "--help"}, {"sandbox", "add", "--help"}}) {
+    Result r = Ctl(args);
+    EXPECT_EQ(r.code, 0);
+    for (const char* flag : {"--egress", "--floor", "--on-deny"}) {
+      EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " in " << r.out;
+    }
+  }
+}
+
+}  // namespace

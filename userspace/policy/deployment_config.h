@@ -1,0 +1,69 @@
+// The deployment config (egressd.yaml): the operator's floor and the
+// destinations every sandbox reaches.  Validated whole at start-up, so a
+// deployment that cannot work (a platform service under the floor, a
+// single-label gateway on an airgapped deployment) never starts.
+//
+//   airgapped: false          # the one switch: true denies all not named
+//   hostedEdge: false         # also protect private, CGNAT, loopback, link-local
+//   protected: [CIDR...]      # more destinations no sandbox may reach
+//   onDeny: reject            # reject (EPERM at once) | drop (silent)
+//   platform:                 # each a URL, name, address or CIDR, or a list
+//     api: https://platform.example.com
+//     modelGateway: https://gateway.example.com/v1
+//     objectStorage: https://s3.example.com
+//     packageIndices: [https://pypi.org/simple, files.pythonhosted.org]
+//     containerRegistry: registry.example.com
+//   sealedInstalls: false     # true: sandboxes do not reach packageIndices
+//   egressExtraAllow: [target...]
+//   sandboxExtraEnv: {UV_INDEX_URL: https://mirror.example.com/simple}
+#ifndef EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
+#define EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "userspace/policy/compiled_policy.h"
+#include "userspace/policy/floor.h"
+#include "userspace/policy/public_suffix.h"
+#include "userspace/policy/reach.h"
+
+namespace egressd::policy {
+
+struct DeploymentConfig {
+  bool airgapped = false;
+  DenyAction deny_action = DenyAction::kReject;
+  // The floor: denied to every sandbox whatever it declares.
+  std::vector<ProtectedCidr> protected_cidrs;
+  // What every sandbox reaches, on top of its own scope: the platform's
+  // services (less the package indices when installs are sealed),
+  // egressExtraAllow, and the hosts of URL-valued sandboxExtraEnv entries.
+  Reachable always;
+  // platform.containerRegistry: reached by a task sandbox that ships
+  // compose services.
+  Reachable container_registry;
+  // Accepted but worth saying: ignored single-label hosts, wildcards over
+  // public suffixes.
+  std::vector<std::string> warnings;
+};
+
+// `egressctl run --floor F --on-deny A` as a one-machine deployment: the
+// floor's protected list (sources "floor F"), no platform services.
+DeploymentConfig DeploymentForFloor(Floor floor, DenyAction action);
+
+// The embedded default when no config is given: connected, the credential
+// endpoints protected, no platform services.
+inline DeploymentConfig DefaultDeployment() {
+  return DeploymentForFloor(Floor::kConnected, DenyAction::kReject);
+}
+
+// Reads and validates a config.  Every problem, one line each starting
+// "deployment setting ", in one InvalidArgumentError.  `file` names the
+// input in syntax errors; `psl` (may be null) flags public-suffix wildcards.
+absl::StatusOr<DeploymentConfig> ParseDeploymentConfig(
+    std::string_view yaml, std::string_view file, const PublicSuffixList* psl);
+
+}  // namespace egressd::policy
+
+#endif  // EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_

@@ -1,0 +1,364 @@
+#!/usr/bin/env bash
+# Runs egressd's privileged test suite on another kernel: Debian 12's 6.1 by
+# default, or any bzImage given with --kernel.  Builds an initramfs holding
+# the test binaries (with their libraries), bpftool, iproute2, util-linux,
+# nftables, dnsmasq, busybox and the kernel modules the lab needs, boots it
+# under qemu (KVM where present, otherwise TCG software emulation), and exits
+# with the suite's result read from markers on the guest's serial console.
+#
+#   vmtests/run.sh [--kernel PATH [--modules DIR]] [--suite GTEST_FILTER]
+#                  [--tests "BIN..."] [--timeout SECS] [--accel auto|kvm|tcg]
+#                  [--cgroup-mount /sys/fs/cgroup[/NAME]] [--mem SIZE] [--smp N]
+#                  [--append KERNEL_ARGS] [--no-build] [--no-install] [--keep] [--quiet]
+#
+# The console log stays in build/vmtests/<kernel release>/console.log.
+# Exit status: 0 all tests passed; 1 a test failed, or the guest crashed, hung
+# or never reported (the log path is printed); 2 bad usage or setup.
+# Run as root (installs Debian packages; packs device nodes).  See docs/kernels.md.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+here="$repo/vmtests"
+
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "vmtests: $*" >&2; exit 2; }
+log() { [[ $quiet == 1 ]] || echo "vmtests: $*"; }
+
+append="" cgmount=/sys/fs/cgroup accel=auto kernel="" modules="" suite="" timeout_s=1500 mem=2G smp=2 build=1 install=1 keep=0 quiet=0
+tests=""
+while (($#)); do
+  case $1 in
+    --kernel) kernel=${2:?}; shift 2 ;;
+    --modules) modules=${2:?}; shift 2 ;;
+    --suite) suite=${2:?}; shift 2 ;;
+    --tests) tests=${2:?}; shift 2 ;;
+    --timeout) timeout_s=${2:?}; shift 2 ;;
+    --cgroup-mount) cgmount=${2:?}; shift 2 ;;
+    --append) append=${2:?}; shift 2 ;;
+    --accel) accel=${2:?}; shift 2 ;;
+    --mem) mem=${2:?}; shift 2 ;;
+    --smp) smp=${2:?}; shift 2 ;;
+    --no-build) build=0; shift ;;
+    --no-install) install=0; shift ;;
+    --keep) keep=1; shift ;;
+    --quiet) quiet=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument: $1" ;;
+  esac
+done
+[[ $(id -u) -eq 0 ]] || die "run as root (installs packages, makes device nodes for the initramfs)"
+[[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout takes seconds"
+[[ $accel =~ ^(auto|kvm|tcg)$ ]] || die "--accel takes auto, kvm or tcg"
+[[ $cgmount =~ ^/sys/fs/cgroup(/[A-Za-z0-9._-]+)?$ ]] || die "--cgroup-mount: /sys/fs/cgroup or /sys/fs/cgroup/NAME"
+# Seconds from qemu's start to the guest's first line of ours (TCG: ~5 s here).
+boot_timeout=${VMTESTS_BOOT_TIMEOUT:-180}
+
+# KVM where it works: /dev/kvm alone is not enough (on a nested VM without
+# vmx/svm it opens, and the guest never leaves the BIOS).
+if [[ $accel == auto ]]; then
+  accel=tcg
+  if [[ -r /dev/kvm && -w /dev/kvm ]] && grep -qwE 'vmx|svm' /proc/cpuinfo; then accel=kvm; fi
+fi
+case $accel in
+  kvm) accel_args=(-accel kvm -accel tcg); accel_note="kvm (tcg if kvm fails)" ;;
+  tcg) accel_args=(-accel tcg); accel_note="tcg (software emulation)" ;;
+esac
+
+t_start=$(date +%s.%N)
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# ---- packages (idempotent: a second run installs nothing) ---------------------------
+ensure_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  log "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+if [[ $install == 1 ]]; then
+  # Host side: qemu, busybox for the guest's userland, the tools copied into it.
+  ensure_packages qemu-system-x86 busybox-static cpio binutils file coreutils \
+    bpftool iproute2 util-linux mount nftables dnsmasq-base kmod xz-utils
+  # The default kernel: Debian 12's current 6.1 (the metapackage pulls it).
+  [[ -n $kernel ]] || ensure_packages linux-image-amd64
+fi
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (drop --no-install?)"
+[[ -x /bin/busybox ]] || die "/bin/busybox not found (busybox-static)"
+
+# ---- kernel and its modules ----------------------------------------------------------
+if [[ -z $kernel ]]; then
+  kernel=$(ls /boot/vmlinuz-6.1.0-*-amd64 2>/dev/null | sort -V | tail -n1 || true)
+  [[ -n $kernel ]] || die "no /boot/vmlinuz-6.1.0-*-amd64 (apt-get install linux-image-amd64)"
+fi
+[[ -r $kernel ]] || die "kernel $kernel not readable"
+release=$(file -bL "$kernel" | sed -n 's/.*, version \([^ ]*\) .*/\1/p')
+[[ -n $release ]] || release=$(basename "$kernel" | sed -n 's/^vmlinuz-//p')
+[[ -n $release ]] || die "cannot tell the release of $kernel (is it a bzImage?)"
+modules=${modules:-/lib/modules/$release}
+[[ -f $modules/modules.dep ]] || die "no $modules/modules.dep: pass --modules DIR (the kernel's /lib/modules/<release>)"
+
+out="${BUILD_DIR:-$repo/build}"
+[[ $out == /* ]] || out="$repo/$out"
+out="$out/vmtests/$release"
+mkdir -p "$out"
+exec 9>"$out/.lock"
+flock -n 9 || die "another vmtests run for $release holds $out/.lock"
+console="$out/console.log"
+summary="$out/summary.txt"
+rm -f "$console" "$summary"
+
+# ---- the binaries under test ---------------------------------------------------------
+bdir="${BUILD_DIR:-$repo/build}"
+[[ $bdir == /* ]] || bdir="$repo/$bdir"
+if [[ $build == 1 ]]; then
+  log "building ($bdir)"
+  BUILD_DIR="$bdir" "$repo/scripts/build.sh" >/dev/null
+fi
+# The suite: every ctest test labelled priv (one binary each), the same list the
+# host runs; --tests narrows it.  Plus the binaries they run.
+mapfile -t priv_tests < <(cd "$bdir" && ctest -N -L priv 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: \([^ ]*\).*/\1/p')
+((${#priv_tests[@]})) || die "no ctest tests labelled priv in $bdir: run scripts/build.sh"
+project_bins=()
+for t in "${priv_tests[@]}"; do
+  b=$(find "$bdir/tests" -type f -name "$t" -perm -u+x | head -n1)
+  [[ -n $b ]] || die "$t: no binary under $bdir/tests: run scripts/build.sh"
+  project_bins+=("$b")
+done
+project_bins+=("$bdir/tests/lab/egressd-probe" "$bdir/tools/egressctl/egressctl")
+for b in "${project_bins[@]}"; do [[ -x $b ]] || die "$b missing: run scripts/build.sh"; done
+[[ -n $tests ]] || tests="${priv_tests[*]}"
+for t in $tests; do
+  [[ " ${priv_tests[*]} " == *" $t "* ]] || die "--tests: $t is not a priv test (${priv_tests[*]})"
+done
+
+stage=$(mktemp -d /tmp/egr-vmtests.XXXXXX)
+qemu_pid=""
+cleanup() {
+  [[ -n $qemu_pid ]] && kill "$qemu_pid" 2>/dev/null || true
+  if [[ $keep == 1 ]]; then echo "vmtests: kept $stage" >&2; else rm -rf "$stage"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+root="$stage/root"
+
+# ---- initramfs -----------------------------------------------------------------------
+t_pack=$(date +%s.%N)
+mkdir -p "$root"/{usr/bin,usr/sbin,usr/lib,usr/lib64,opt/egressd/bin,etc,proc,sys,dev,run,tmp,root,vmtest,mnt}
+ln -s usr/bin "$root/bin"; ln -s usr/sbin "$root/sbin"
+ln -s usr/lib "$root/lib"; ln -s usr/lib64 "$root/lib64"
+mkdir -p "$root/var/tmp"; ln -s ../run "$root/var/run"
+mknod -m 600 "$root/dev/console" c 5 1
+mknod -m 666 "$root/dev/null" c 1 3
+
+# Project binaries: a private copy (another build may be writing build/), debug info
+# stripped (symbols kept for backtraces) so the initramfs stays small.
+elfs=()
+for b in "${project_bins[@]}"; do
+  dst="$root/opt/egressd/bin/$(basename "$b")"
+  strip --strip-debug -o "$dst" "$b"
+  elfs+=("$dst")
+done
+
+# Host tools, at the path they have here (real util-linux beats busybox's applets).
+host_tools=(bpftool ip tc nft dnsmasq setpriv nsenter unshare mount umount)
+for tool in "${host_tools[@]}"; do
+  src=$(command -v "$tool") || die "$tool not found on the host"
+  src=$(readlink -f "$src")
+  dst="$root/usr/${src#/usr/}"
+  [[ $src == /usr/* ]] || dst="$root$src"
+  mkdir -p "$(dirname "$dst")"
+  cp -L "$src" "$dst"
+  elfs+=("$dst")
+done
+
+# Their shared libraries (ldd's closure), at the paths the loader looks in.
+libs=$(for e in "${elfs[@]}"; do ldd "$e" 2>/dev/null || true; done |
+  awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }' | sort -u)
+for l in $libs; do
+  [[ -e $root$l ]] && continue
+  mkdir -p "$(dirname "$root$l")"
+  cp -L "$l" "$root$l"
+done
+echo /usr/lib/x86_64-linux-gnu > "$root/etc/ld.so.conf"
+ldconfig -r "$root" 2>/dev/null || true
+
+# Busybox for everything else (sh, init, insmod, timeout, ...).
+cp /bin/busybox "$root/usr/bin/busybox"
+for a in $(/bin/busybox --list); do
+  [[ -e $root/usr/bin/$a || -e $root/usr/sbin/$a ]] || ln -s busybox "$root/usr/bin/$a"
+done
+ln -s usr/bin/busybox "$root/init"   # busybox's init applet, with our inittab
+
+cat > "$root/etc/inittab" <<'EOF'
+::sysinit:/vmtest/guest-init.sh
+::once:/bin/poweroff -f
+EOF
+cat > "$root/etc/passwd" <<'EOF'
+root:x:0:0:root:/root:/bin/sh
+dnsmasq:x:100:65534:dnsmasq:/nonexistent:/bin/false
+nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+EOF
+printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
+printf 'passwd: files\ngroup: files\nhosts: files\n' > "$root/etc/nsswitch.conf"
+printf '127.0.0.1 localhost\n::1 localhost\n' > "$root/etc/hosts"
+printf '# no resolver in the test VM\n' > "$root/etc/resolv.conf"
+: > "$root/etc/fstab"
+mkdir -p "$root/etc/iproute2"
+
+# Kernel modules: the lab's veth, plus what tc and nftables tests load, with
+# their dependencies and soft dependencies in load order (modprobe -D), and a
+# modules.dep for the guest so the kernel can load more of these on demand.
+want_modules=(veth dummy sch_ingress cls_bpf nf_tables nft_reject_inet nft_ct)
+[[ $modules == */lib/modules/$release ]] || die "--modules must be <dir>/lib/modules/$release"
+mod_base=${modules%/lib/modules/$release}
+declare -A mod_seen=()
+for m in "${want_modules[@]}"; do
+  modprobe -d "${mod_base:-/}" -S "$release" --show-depends "$m" ||
+    die "module $m not found for $release in $modules"
+done | while read -r verb path opts; do
+  [[ $verb == insmod && -z ${mod_seen[$path]:-} ]] || continue
+  mod_seen[$path]=1
+  rel=${path#"$modules"/}
+  q=$rel
+  case $rel in
+    *.ko) q=$rel ;;
+    *.ko.xz) q=${rel%.xz} ;;
+    *.ko.zst) q=${rel%.zst} ;;
+    *.ko.gz) q=${rel%.gz} ;;
+    *) die "unknown module format: $path" ;;
+  esac
+  mkdir -p "$(dirname "$root/lib/modules/$release/$q")"
+  case $rel in
+    *.ko) cp "$path" "$root/lib/modules/$release/$q" ;;
+    *.ko.xz) xz -dc "$path" > "$root/lib/modules/$release/$q" ;;
+    *.ko.zst) zstd -qdc "$path" > "$root/lib/modules/$release/$q" ;;
+    *.ko.gz) gzip -dc "$path" > "$root/lib/modules/$release/$q" ;;
+  esac
+  echo "$q${opts:+ $opts}"
+done > "$root/vmtest/modules.order"
+[[ -s $root/vmtest/modules.order ]] || die "no modules packed"
+cp "$modules"/modules.builtin* "$root/lib/modules/$release/" 2>/dev/null || true
+depmod -b "$root" "$release" 2>/dev/null || true
+
+# The guest's script and its configuration.  The marker carries a per-run nonce,
+# so no test output can forge a result.
+mark="EGRESSD-VMTEST-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
+{
+  echo "MARK=$(sq "$mark")"
+  echo "TESTS=$(sq "$tests")"
+  echo "GTEST_FILTER=$(sq "$suite")"
+  echo "EGR_TIME_SCALE=$([[ $accel == kvm ]] && echo 1 || echo 5)"
+  echo "CGROUP2_MOUNT=$(sq "$cgmount")"
+  echo "SUITE_TIMEOUT=$((timeout_s > 120 ? timeout_s - 60 : timeout_s))"
+} > "$root/vmtest/config"
+install -m 755 "$here/guest-init.sh" "$root/vmtest/guest-init.sh"
+
+initrd="$stage/initramfs.cpio"
+(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) > "$initrd"
+pack_s=$(elapsed "$t_pack")
+log "initramfs: $(du -h "$initrd" | cut -f1) for $release, packed in ${pack_s}s"
+
+# ---- boot ------------------------------------------------------------------------------
+log "booting $kernel under qemu ($accel_note, -m $mem -smp $smp), timeout ${timeout_s}s"
+log "console: $console"
+t_boot=$(date +%s.%N)
+t0=$SECONDS
+# qemu picks the first accelerator that works: KVM where present, else TCG.
+qemu-system-x86_64 \
+  "${accel_args[@]}" -cpu max -smp "$smp" -m "$mem" \
+  -nodefaults -no-user-config -display none -no-reboot \
+  -serial "file:$console" \
+  -kernel "$kernel" -initrd "$initrd" \
+  -append "console=ttyS0 panic=-1 oops=panic rdinit=/init net.ifnames=0${append:+ $append}" \
+  </dev/null >"$stage/qemu.out" 2>&1 &
+qemu_pid=$!
+touch "$console"
+if [[ $quiet == 0 ]]; then
+  tail -n +1 --pid="$qemu_pid" -f "$console" | tr -d '\r' &
+fi
+# Bounds: the guest must reach our script within $boot_timeout s (a kernel that
+# hangs early, or a broken KVM, prints nothing), and finish within $timeout_s s.
+hung=""
+while kill -0 "$qemu_pid" 2>/dev/null; do
+  if [[ -z $hung ]] && ((SECONDS - t0 > timeout_s)); then hung="did not finish within ${timeout_s}s"; fi
+  if [[ -z $hung ]] && ((SECONDS - t0 > boot_timeout)) && ! grep -q '^vmtest: kernel' "$console"; then
+    hung="did not reach its init script within ${boot_timeout}s"
+  fi
+  if [[ -n $hung ]]; then kill -KILL "$qemu_pid" 2>/dev/null || true; break; fi
+  sleep 1
+done
+qemu_rc=0
+wait "$qemu_pid" 2>/dev/null || qemu_rc=$?
+qemu_pid=""
+wait 2>/dev/null || true   # the console tail ends with qemu
+boot_s=$(elapsed "$t_boot")
+if [[ -s $stage/qemu.out ]]; then
+  grep -v "Could not access KVM kernel module\|failed to initialize kvm\|falling back to tcg" \
+    "$stage/qemu.out" >&2 || true
+fi
+
+# ---- verdict ---------------------------------------------------------------------------
+clean=$(tr -d '\r' < "$console" 2>/dev/null || true)
+{
+  echo "kernel: $kernel ($release)"
+  echo "accelerator: $accel_note"
+  echo "initramfs pack: ${pack_s}s; qemu (boot + tests + power-off): ${boot_s}s; total: $(elapsed "$t_start")s"
+  echo "probe:"
+  awk -v m="$mark" '$0 == m " PROBE BEGIN" { on = 1; next } index($0, m " PROBE END") == 1 { on = 0 } on' <<<"$clean" | sed 's/^/  /'
+  grep -F "$mark LOAD" <<<"$clean" | sed "s/^$mark /  /" || true
+  echo "results:"
+  awk -v m="$mark" '
+    /^Running main\(\) from/ { p = f = s = 0 }
+    /^\[  PASSED  \] [0-9]+ tests?\./ { p = $4 }
+    /^\[  FAILED  \] [0-9]+ tests?, listed below/ { f = $4 }
+    /^\[  SKIPPED \] [0-9]+ tests?, listed below/ { s = $4 }
+    index($0, m " RESULT ") == 1 {
+      sub(m " RESULT ", ""); printf "  %s passed=%d failed=%d skipped=%d\n", $0, p, f, s; p = f = s = 0
+    }' <<<"$clean"
+  # Skipped tests with their reasons: on this kernel a skip must say why
+  # (the probe's reason), never pass silently.
+  awk '
+    /^\[ RUN      \] / { name = $4; why = ""; grab = 0; next }
+    /: Skipped$/ { grab = 1; next }
+    /^\[  SKIPPED \] .* \([0-9]+ ms\)$/ { gsub(/\n+$/, "", why); printf "  SKIPPED %s: %s\n", name, why; grab = 0; next }
+    grab && NF { why = why (why == "" ? "" : " ") $0 }' <<<"$clean"
+  grep -E '^\[  FAILED  \] [A-Za-z].*[^)]$' <<<"$clean" | sed 's/, where GetParam() = .*//' | sort -u | sed 's/^/  /' || true
+} > "$summary"
+
+done_line=$(grep -F "$mark DONE" <<<"$clean" | tail -n1 || true)
+echo "----- vmtests summary ($summary)"
+cat "$summary"
+# Test counts over every binary that reported, for the closing line.
+read -r n_pass n_fail n_skip < <(awk '
+  $1 == "results:" { on = 1; next }
+  on && / rc=[0-9]+ secs=/ {
+    for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "passed") p += kv[2]; if (kv[1] == "failed") f += kv[2]; if (kv[1] == "skipped") s += kv[2] }
+  }
+  END { print p + 0, f + 0, s + 0 }' "$summary")
+closing() { echo "vmtests: $n_pass passed, $((n_fail + $1)) failed, $n_skip skipped"; }
+if [[ -n $hung ]]; then
+  echo "vmtests: FAILED: the guest $hung (killed); console log: $console"
+  last=$(grep -E '^\[ RUN      \] ' <<<"$clean" | tail -n1 | cut -c14-)
+  [[ -z $last ]] || echo "vmtests: the last test started was $last"
+  [[ $accel != kvm ]] || echo "vmtests: (with KVM: if the log is empty, KVM may not work on this host; try --accel tcg)"
+  closing 1
+  exit 1
+fi
+if [[ -z $done_line ]]; then
+  echo "vmtests: FAILED: the guest stopped without reporting (crash, panic or early error; qemu rc=$qemu_rc); console log: $console"
+  grep -E "Kernel panic|BUG:|Oops|general protection|Call Trace" <<<"$clean" | head -n 20 || true
+  closing 1
+  exit 1
+fi
+if [[ $done_line != "$mark DONE rc=0" ]]; then
+  echo "vmtests: FAILED on $release (${done_line#"$mark "}); console log: $console"
+  closing $((n_fail == 0 ? 1 : 0))
+  exit 1
+fi
+echo "vmtests: PASSED on $release in $(elapsed "$t_start")s; console log: $console"
+closing 0
