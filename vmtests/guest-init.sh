@@ -7,6 +7,7 @@
 # Never exits without powering off: the host reads the markers from the serial
 # console; no final marker means the run failed.
 set -u
+# shellcheck source=/dev/null
 . /vmtest/config   # MARK TESTS GTEST_FILTER SUITE_TIMEOUT CGROUP2_MOUNT EGR_TIME_SCALE
 
 export PATH=/opt/egressd/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -100,7 +101,10 @@ for t in $TESTS; do
 done
 
 # Anything the tests left behind is a finding too.
-left=$(ls /sys/fs/bpf /run/netns "$CGROUP2_MOUNT" 2>/dev/null | grep -E '^(egr|egl-)' | tr '\n' ' ')
+left=""
+for f in /sys/fs/bpf/egr* /run/netns/egl-* "$CGROUP2_MOUNT"/egl-*; do
+  [ -e "$f" ] && left="$left $f"
+done
 say "left behind after the tests (bpffs, netns, cgroups): ${left:-nothing}"
 if [ "$overall" -ne 0 ]; then
   echo "$MARK DMESG BEGIN"; dmesg; echo "$MARK DMESG END"

@@ -91,7 +91,7 @@ command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (d
 
 # ---- kernel and its modules ----------------------------------------------------------
 if [[ -z $kernel ]]; then
-  kernel=$(ls /boot/vmlinuz-6.1.0-*-amd64 2>/dev/null | sort -V | tail -n1 || true)
+  kernel=$(find /boot -maxdepth 1 -name 'vmlinuz-6.1.0-*-amd64' | sort -V | tail -n1)
   [[ -n $kernel ]] || die "no /boot/vmlinuz-6.1.0-*-amd64 (apt-get install linux-image-amd64)"
 fi
 [[ -r $kernel ]] || die "kernel $kernel not readable"
@@ -99,7 +99,14 @@ release=$(file -bL "$kernel" | sed -n 's/.*, version \([^ ]*\) .*/\1/p')
 [[ -n $release ]] || release=$(basename "$kernel" | sed -n 's/^vmlinuz-//p')
 [[ -n $release ]] || die "cannot tell the release of $kernel (is it a bzImage?)"
 modules=${modules:-/lib/modules/$release}
-[[ -f $modules/modules.dep ]] || die "no $modules/modules.dep: pass --modules DIR (the kernel's /lib/modules/<release>)"
+modules=${modules%/}
+[[ -d $modules/kernel ]] || die "no modules in $modules: pass --modules DIR (the kernel's /lib/modules/<release>)"
+[[ $modules == */lib/modules/$release ]] || die "--modules must be <dir>/lib/modules/$release"
+mod_base=${modules%/lib/modules/"$release"}
+if [[ ! -f $modules/modules.dep ]]; then   # a .deb unpacked with dpkg-deb -x
+  log "no modules.dep in $modules: running depmod -b ${mod_base:-/} $release"
+  depmod -b "${mod_base:-/}" "$release" || die "depmod failed for $modules"
+fi
 
 out="${BUILD_DIR:-$repo/build}"
 [[ $out == /* ]] || out="$repo/$out"
@@ -138,7 +145,7 @@ done
 stage=$(mktemp -d /tmp/egr-vmtests.XXXXXX)
 qemu_pid=""
 cleanup() {
-  [[ -n $qemu_pid ]] && kill "$qemu_pid" 2>/dev/null || true
+  if [[ -n $qemu_pid ]]; then kill -KILL "$qemu_pid" 2>/dev/null || true; fi
   if [[ $keep == 1 ]]; then echo "vmtests: kept $stage" >&2; else rm -rf "$stage"; fi
 }
 trap cleanup EXIT
@@ -213,8 +220,6 @@ mkdir -p "$root/etc/iproute2"
 # their dependencies and soft dependencies in load order (modprobe -D), and a
 # modules.dep for the guest so the kernel can load more of these on demand.
 want_modules=(veth dummy sch_ingress cls_bpf nf_tables nft_reject_inet nft_ct)
-[[ $modules == */lib/modules/$release ]] || die "--modules must be <dir>/lib/modules/$release"
-mod_base=${modules%/lib/modules/$release}
 declare -A mod_seen=()
 for m in "${want_modules[@]}"; do
   modprobe -d "${mod_base:-/}" -S "$release" --show-depends "$m" ||

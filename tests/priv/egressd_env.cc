@@ -39,6 +39,12 @@ void SweepStalePinRoots() {
 
 }  // namespace
 
+double TimeScale() {
+  const char* v = std::getenv("EGR_TIME_SCALE");
+  double scale = v ? std::atof(v) : 1.0;
+  return scale >= 1.0 ? scale : 1.0;
+}
+
 absl::StatusOr<std::unique_ptr<Egressd>> Egressd::Start() {
   SweepStalePinRoots();
   auto e = std::unique_ptr<Egressd>(new Egressd);

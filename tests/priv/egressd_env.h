@@ -24,6 +24,10 @@ namespace egressd::test {
 
 bool BpfRequired();
 
+// Multiplier for time limits in tests: EGR_TIME_SCALE (vmtests sets it under
+// software emulation, where programs run several times slower); 1 if unset.
+double TimeScale();
+
 class Egressd {
  public:
   // Builds a lab and loads egressd under /sys/fs/bpf/egr-test-<lab id>.

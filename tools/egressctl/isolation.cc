@@ -73,6 +73,10 @@ void MountCgroupSubtree(const std::string& cg2) {
     if (mkdir(cg2.c_str(), 0755) != 0 && errno != EEXIST) Fail("mkdir cgroup2 mount point");
   }
   // In the new cgroup namespace a fresh cgroup2 mount is rooted at the sandbox.
+  // Where cgroup2 is mounted at cg2 itself (unified hosts, Kubernetes nodes)
+  // the kernel refuses a second cgroup2 mount on top of it (EBUSY): detach
+  // the node's one first (this mount namespace is private).
+  if (umount2(cg2.c_str(), MNT_DETACH) != 0 && errno != EINVAL) Fail("detach the node's cgroup2 mount");
   if (mount("cgroup2", cg2.c_str(), "cgroup2", flags, nullptr) != 0) Fail("mount cgroup2");
 }
 
