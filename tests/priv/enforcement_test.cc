@@ -37,6 +37,7 @@ uint64_t Arrived(const Lab& lab, const Vector& v) {
 TEST_P(Enforcement, ReceivingSideAgrees) {
   const Vector& v = GetParam();
   Egressd& e = Shared();
+  Lab::Settle(std::chrono::milliseconds(100));  // let the previous vector's FIN/ACKs land first
   e.lab().ResetCounters();
   std::vector<std::string> probe = {v.proto, v.dst, std::to_string(v.port), "--timeout-ms", "1500"};
   lab::RunResult r = e.RunSandboxed(v.policy, probe);
@@ -115,6 +116,22 @@ INSTANTIATE_TEST_SUITE_P(
         Vector{"DropHangsTcpV6", {"--floor", "airgapped", "--on-deny", "drop"}, "tcp", "2001:db8::10", 80, Expect::kDropped},
         Vector{"DropSwallowsConnectedUdpToImds", {"--on-deny", "drop"}, "udp-connected", "169.254.169.254", 7000, Expect::kDropped},
         Vector{"DropStillAllowsNamed", {"--egress", "192.0.2.10", "--on-deny", "drop"}, "tcp", "192.0.2.10", 80, Expect::kAllowed}),
+    PrintName);
+
+// Orchestrator grants: an address limited to ports (an agent's paired
+// environment's exposed ports); an agent with no declaration is deny-all.
+const std::vector<std::string> kAgentGrant = {"--kind", "agent", "--grant", "192.0.2.10:443",
+                                              "--grant", "[2001:db8::10]:7000-7001"};
+
+INSTANTIATE_TEST_SUITE_P(
+    Grants, Enforcement,
+    testing::Values(
+        Vector{"GrantedPortAllowed", kAgentGrant, "tcp", "192.0.2.10", 443, Expect::kAllowed},
+        Vector{"OtherPortOfGrantedHostDenied", kAgentGrant, "tcp", "192.0.2.10", 80, Expect::kRejected},
+        Vector{"GrantedPortRangeV6Allowed", kAgentGrant, "udp-sendto", "2001:db8::10", 7001, Expect::kAllowed},
+        Vector{"AgentWithoutDeclarationIsDenyAll", kAgentGrant, "tcp", "198.51.100.7", 80, Expect::kRejected},
+        Vector{"GrantInsideDeclaredCidrKeepsAllPorts",
+               {"--egress", "192.0.2.0/24", "--grant", "192.0.2.10:443"}, "tcp", "192.0.2.10", 8080, Expect::kAllowed}),
     PrintName);
 
 }  // namespace
