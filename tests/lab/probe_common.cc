@@ -242,4 +242,10 @@ bool WaitEcho(int fd, int wait_ms, const Target* from) {
   }
 }
 
+Json TargetLine(const Op& op, const Target& t) {
+  Json j(op.name);
+  j.Str("dst", t.text).Int("port", t.port);
+  return j;
+}
+
 }  // namespace egressd::probe

@@ -51,6 +51,9 @@ struct Target {
   uint16_t port = 0;
 };
 
+// The JSON line of an attempt at a destination: {"op","dst","port",...}.
+Json TargetLine(const Op& op, const Target& t);
+
 // Parses ADDR (v4, v6, [v6]) and PORT. `force_v6` maps a v4 address to ::ffff:.
 bool MakeTarget(const std::string& addr, uint16_t port, bool force_v6, Target* t);
 bool ParsePort(const std::string& s, uint16_t* port);

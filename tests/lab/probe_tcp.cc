@@ -12,12 +12,6 @@
 namespace egressd::probe {
 namespace {
 
-Json Line(const Op& op, const Target& t) {
-  Json j(op.name);
-  j.Str("dst", t.text).Int("port", t.port);
-  return j;
-}
-
 // Target from positional args [i] (address) and [i+1] (port); validated by main.
 Target TargetAt(const Op& op, size_t i, bool force_v6 = false) {
   Target t;
@@ -53,7 +47,7 @@ int StreamSocket(int family) {
 
 void OpTcp(const Op& op) {
   Target t = TargetAt(op, 0);
-  Json j = Line(op, t);
+  Json j = TargetLine(op, t);
   Fd fd(StreamSocket(t.family));
   if (!fd.ok()) return j.Err(errno, "socket").Emit();
   ConnectAndEcho(j, fd.get(), t, op);
@@ -61,7 +55,7 @@ void OpTcp(const Op& op) {
 
 void OpMapped6(const Op& op) {
   Target t = TargetAt(op, 0, /*force_v6=*/true);
-  Json j = Line(op, t);
+  Json j = TargetLine(op, t);
   const bool udp = op.Flag("udp") || op.Flag("udp-connected");
   j.Str("proto", udp ? "udp" : "tcp");
   Fd fd(socket(AF_INET6, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -86,7 +80,7 @@ void OpMapped6(const Op& op) {
 
 void OpSoMark(const Op& op) {
   Target t = TargetAt(op, 1);
-  Json j = Line(op, t);
+  Json j = TargetLine(op, t);
   const unsigned mark = static_cast<unsigned>(std::stoul(op.pos[0], nullptr, 0));
   j.Int("mark", mark);
   Fd fd(StreamSocket(t.family));
@@ -101,7 +95,7 @@ void OpSoMark(const Op& op) {
 
 void OpTfo(const Op& op) {
   Target t = TargetAt(op, 0);
-  Json j = Line(op, t);
+  Json j = TargetLine(op, t);
   const int timeout = op.Int("timeout-ms", kDefaultTimeoutMs);
   const std::string payload = op.Str("payload", kDefaultPayload);
   Fd fd(StreamSocket(t.family));
@@ -134,7 +128,7 @@ void OpTfo(const Op& op) {
 
 void OpUringConnect(const Op& op) {
   Target t = TargetAt(op, 0);
-  Json j = Line(op, t);
+  Json j = TargetLine(op, t);
   const int timeout = op.Int("timeout-ms", kDefaultTimeoutMs);
   io_uring ring;
   int rc = io_uring_queue_init(4, &ring, 0);
@@ -205,7 +199,7 @@ void OpHold(const Op& op) {
   const int timeout = op.Int("timeout-ms", std::max(interval, 500));
   Fd fd(StreamSocket(t.family));
   {
-    Json j = Line(op, t);
+    Json j = TargetLine(op, t);
     j.Int("round", 0);
     if (!fd.ok()) return j.Err(errno, "socket").Emit();
     int err = ConnectWithin(fd.get(), t, op.Int("connect-timeout-ms", kDefaultTimeoutMs));
@@ -215,7 +209,7 @@ void OpHold(const Op& op) {
   std::string inbuf;
   for (int i = 1; i <= count; ++i) {
     const long long t0 = NowMs();
-    Json j = Line(op, t);
+    Json j = TargetLine(op, t);
     j.Int("round", i);
     std::string stage;
     int err = HoldRound(fd.get(), i, timeout, &inbuf, &stage);

@@ -11,12 +11,6 @@
 namespace egressd::probe {
 namespace {
 
-Json Line(const Op& op, const Target& t) {
-  Json j(op.name);
-  j.Str("dst", t.text).Int("port", t.port);
-  return j;
-}
-
 // Socket for unconnected sends: dual-stack AF_INET6 for a v6 (or ::ffff:) target.
 int DatagramSocketFor(int family) {
   int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -56,7 +50,7 @@ void TcpWithOption(Json& j, const Op& op, const Target& t, int level, int name,
 
 void OpUdpConnected(const Op& op) {
   Target t = TargetAt(op, 0);
-  Json j = Line(op, t);
+  Json j = TargetLine(op, t);
   Fd fd(DatagramSocketFor(t.family));
   if (!fd.ok()) return j.Err(errno, "socket").Emit();
   if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&t.sa), t.len) != 0)
@@ -68,7 +62,7 @@ void OpUdpConnected(const Op& op) {
 
 void OpUdpSendto(const Op& op) {
   Target t = TargetAt(op, 0);
-  Json j = Line(op, t);
+  Json j = TargetLine(op, t);
   Fd fd(DatagramSocketFor(t.family));
   if (!fd.ok()) return j.Err(errno, "socket").Emit();
   const std::string payload = op.Str("payload", kDefaultPayload);
@@ -80,7 +74,7 @@ void OpUdpSendto(const Op& op) {
 
 void OpUdpSendmsg(const Op& op) {
   Target t = TargetAt(op, 0);
-  Json j = Line(op, t);
+  Json j = TargetLine(op, t);
   Fd fd(DatagramSocketFor(t.family));
   if (!fd.ok()) return j.Err(errno, "socket").Emit();
   std::string payload = op.Str("payload", kDefaultPayload);
@@ -166,7 +160,7 @@ void OpUdpSendmmsg(const Op& op) {
     }
   }
   for (size_t i = 0; i < n; ++i) {
-    Json j = Line(op, targets[i]);
+    Json j = TargetLine(op, targets[i]);
     j.Int("index", static_cast<long long>(i)).Int("count", static_cast<long long>(n));
     j.Int("first_call_ret", first_ret).Int("call", call[i]);
     if (err[i]) j.Err(err[i], call[i] == 1 ? "sendmmsg" : "sendmmsg-retry");
@@ -179,7 +173,7 @@ void OpUdpSendmmsg(const Op& op) {
 // VIA: connect() and the sock_addr hooks see DST, the packet goes to VIA.
 void OpRthdr6(const Op& op) {
   Target t = TargetAt(op, 0);
-  Json j = Line(op, t);
+  Json j = TargetLine(op, t);
   j.Str("via", op.pos[2]);
   in6_addr via;
   std::string via_text = op.pos[2];
@@ -217,7 +211,7 @@ void OpRthdr6(const Op& op) {
 // IPv4 UDP with IP_OPTIONS loose (or --strict) source route via VIA.
 void OpLsrr4(const Op& op) {
   Target t = TargetAt(op, 0);
-  Json j = Line(op, t);
+  Json j = TargetLine(op, t);
   j.Str("via", op.pos[2]);
   in_addr via;
   inet_pton(AF_INET, op.pos[2].c_str(), &via);

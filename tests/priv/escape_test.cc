@@ -100,10 +100,7 @@ TEST_F(Escape, CannotSignalProcessesOutside) {
 TEST_F(Escape, KeepsOnlyCapNetRawOfTheDangerousOnes) {
   // Even without setpriv, `egressctl run` drops what reaches the node's BPF
   // and network configuration.
-  lab::RunSpec spec;
-  spec.argv = {BinaryPath("egressctl"), "run", "--", "grep", "^CapBnd", "/proc/self/status"};
-  spec.env["EGRESSD_PIN_ROOT"] = Shared().pin_root();
-  RunResult r = lab::Run(spec);
+  RunResult r = Shared().Ctl({"run", "--", "grep", "^CapBnd", "/proc/self/status"});
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   uint64_t bnd = std::stoull(r.out.substr(r.out.find(':') + 1), nullptr, 16);
   EXPECT_FALSE(bnd & (1ULL << 21)) << "CAP_SYS_ADMIN kept";
@@ -114,33 +111,25 @@ TEST_F(Escape, KeepsOnlyCapNetRawOfTheDangerousOnes) {
 }
 
 TEST_F(Escape, UserFlagDropsToThatUid) {
-  lab::RunSpec spec;
-  spec.argv = {BinaryPath("egressctl"), "run", "--user", "65534", "--", "sh", "-c", "id -u; id -g"};
-  spec.env["EGRESSD_PIN_ROOT"] = Shared().pin_root();
-  RunResult r = lab::Run(spec);
+  RunResult r = Shared().Ctl({"run", "--user", "65534", "--", "sh", "-c", "id -u; id -g"});
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   EXPECT_EQ(r.out, "65534\n65534\n");
-  spec.argv = {BinaryPath("egressctl"), "run", "--user", "no-such-user-egr", "--", "true"};
-  r = lab::Run(spec);
+  r = Shared().Ctl({"run", "--user", "no-such-user-egr", "--", "true"});
   EXPECT_EQ(r.exit_code, 2) << r.Describe();
   EXPECT_TRUE(absl::StrContains(r.err, "\"no-such-user-egr\"")) << r.err;
 }
 
 TEST_F(Escape, BadTargetExits2NamingItBeforeTheCommandStarts) {
   const std::string marker = "/tmp/egr-escape-marker-" + lab().id();
-  lab::RunSpec spec;
-  spec.argv = {BinaryPath("egressctl"), "run", "--egress", "169.254.169.254", "--egress", "10.0.0.0/33",
-               "--egress", "192.0.2.10", "--", "touch", marker};
-  spec.env["EGRESSD_PIN_ROOT"] = Shared().pin_root();
-  RunResult r = lab::Run(spec);
+  RunResult r = Shared().Ctl({"run", "--egress", "169.254.169.254", "--egress", "10.0.0.0/33",
+                              "--egress", "192.0.2.10", "--", "touch", marker});
   EXPECT_EQ(r.exit_code, 2) << r.Describe();
   EXPECT_TRUE(absl::StrContains(r.err, "\"169.254.169.254\"")) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "\"10.0.0.0/33\"")) << r.err;
   EXPECT_FALSE(absl::StrContains(r.err, "192.0.2.10")) << "a valid target is not an error: " << r.err;
   EXPECT_FALSE(Exists(marker)) << "the command ran despite bad input";
 
-  spec.argv = {BinaryPath("egressctl"), "run", "--floor", "open", "--on-deny", "maybe", "--", "touch", marker};
-  r = lab::Run(spec);
+  r = Shared().Ctl({"run", "--floor", "open", "--on-deny", "maybe", "--", "touch", marker});
   EXPECT_EQ(r.exit_code, 2) << r.Describe();
   EXPECT_TRUE(absl::StrContains(r.err, "\"open\"")) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "\"maybe\"")) << r.err;
@@ -148,10 +137,7 @@ TEST_F(Escape, BadTargetExits2NamingItBeforeTheCommandStarts) {
 }
 
 TEST_F(Escape, RunExitsWithTheCommandsStatusAndCleansUp) {
-  lab::RunSpec spec;
-  spec.argv = {BinaryPath("egressctl"), "run", "--", "sh", "-c", "exit 7"};
-  spec.env["EGRESSD_PIN_ROOT"] = Shared().pin_root();
-  RunResult r = lab::Run(spec);
+  RunResult r = Shared().Ctl({"run", "--", "sh", "-c", "exit 7"});
   EXPECT_EQ(r.exit_code, 7) << r.Describe();
   RunResult status = Shared().Ctl({"status", "--json"});
   EXPECT_TRUE(absl::StrContains(status.out, "\"cgroups\": []")) << status.out;
