@@ -133,6 +133,27 @@ TEST_F(Lifecycle, LoadingTwiceIsIdempotentAndKeepsSandboxes) {
   EXPECT_EQ(Shared().Ctl({"sandbox", "remove", "--cgroup", *cg}).exit_code, 0);
 }
 
+TEST_F(Lifecycle, CoexistsWithOtherProgramsOnTheSameCgroupHooks) {
+  // A second instance is another set of connect4/6, sendmsg4/6 and
+  // cgroup_skb programs multi-attached at the same root: each judges its own
+  // sandboxes, neither disturbs the other, and one leaving keeps the other.
+  const std::string other = Shared().pin_root() + "-other";
+  ASSERT_EQ(CtlAt(other, {"load"}).exit_code, 0);
+  auto mine = lab().MakeCgroup("coexist-mine");
+  auto theirs = lab().MakeCgroup("coexist-theirs");
+  ASSERT_TRUE(mine.ok() && theirs.ok());
+  ASSERT_EQ(Shared().Ctl({"sandbox", "add", "--cgroup", *mine, "--egress", kPublicA4}).exit_code, 0);
+  ASSERT_EQ(CtlAt(other, {"sandbox", "add", "--cgroup", *theirs, "--egress", kPublicB4}).exit_code, 0);
+  EXPECT_TRUE(Ok(ProbeIn(*mine, {"tcp", kPublicA4, "80"})));
+  EXPECT_EQ(ProbeIn(*mine, {"tcp", kPublicB4, "80"})["errno"], "EPERM");
+  EXPECT_TRUE(Ok(ProbeIn(*theirs, {"tcp", kPublicB4, "80"})));
+  EXPECT_EQ(ProbeIn(*theirs, {"tcp", kPublicA4, "80"})["errno"], "EPERM");
+  ASSERT_EQ(CtlAt(other, {"unload", "--force"}).exit_code, 0);
+  EXPECT_EQ(ProbeIn(*mine, {"tcp", kPublicB4, "80"})["errno"], "EPERM") << "mine still enforced";
+  EXPECT_TRUE(Ok(ProbeIn(*theirs, {"tcp", kPublicA4, "80"}))) << "theirs left with its instance";
+  EXPECT_EQ(Shared().Ctl({"sandbox", "remove", "--cgroup", *mine}).exit_code, 0);
+}
+
 TEST_F(Lifecycle, RefusesToStartNamingWhatIsMissingAndChangesNothing) {
   const std::string pins = Shared().pin_root() + "-probe";
   RunSpec spec;
