@@ -36,16 +36,19 @@ struct LinkDeleter {
 };
 using Link = std::unique_ptr<bpf_link, LinkDeleter>;
 
-// The programs and where their links are pinned.  Order matters only for
-// readability of `bpftool cgroup tree`.
-std::vector<std::pair<std::string, bpf_program*>> Programs(egressd_bpf* s) {
-  return {{"egr_connect4", s->progs.egr_connect4}, {"egr_connect6", s->progs.egr_connect6},
-          {"egr_sendmsg4", s->progs.egr_sendmsg4}, {"egr_sendmsg6", s->progs.egr_sendmsg6},
-          {"egr_skb_egress", s->progs.egr_skb_egress}};
-}
-
-const char* kProgramNames[] = {"egr_connect4", "egr_connect6", "egr_sendmsg4", "egr_sendmsg6",
-                               "egr_skb_egress"};
+// The programs, each named once: the name is also its link's pin file.
+using SkeletonPrograms = decltype(egressd_bpf::progs);
+struct ProgramSlot {
+  const char* name;
+  bpf_program* SkeletonPrograms::*prog;
+};
+constexpr ProgramSlot kPrograms[] = {
+    {"egr_connect4", &SkeletonPrograms::egr_connect4},
+    {"egr_connect6", &SkeletonPrograms::egr_connect6},
+    {"egr_sendmsg4", &SkeletonPrograms::egr_sendmsg4},
+    {"egr_sendmsg6", &SkeletonPrograms::egr_sendmsg6},
+    {"egr_skb_egress", &SkeletonPrograms::egr_skb_egress},
+};
 
 std::string LinkDir(const Paths& p) { return p.pin_root + "/links"; }
 std::string LinkPin(const Paths& p, const std::string& prog) { return LinkDir(p) + "/" + prog; }
@@ -98,8 +101,8 @@ absl::Status AttachOrUpdate(const Paths& paths, const std::string& name, bpf_pro
 }  // namespace
 
 bool IsLoaded(const Paths& paths) {
-  for (const char* name : kProgramNames) {
-    if (!Exists(LinkPin(paths, name))) return false;
+  for (const auto& slot : kPrograms) {
+    if (!Exists(LinkPin(paths, slot.name))) return false;
   }
   return true;
 }
@@ -121,8 +124,8 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const PinLock&) {
   UniqueFd cg(open(cg_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!cg.valid()) return ErrnoStatus(errno, absl::StrCat("open cgroup2 root ", cg_root));
   LoadReport report;
-  for (const auto& [name, prog] : Programs(skel.get())) {
-    EGR_RETURN_IF_ERROR(AttachOrUpdate(paths, name, prog, cg.get(), report));
+  for (const auto& slot : kPrograms) {
+    EGR_RETURN_IF_ERROR(AttachOrUpdate(paths, slot.name, skel->progs.*slot.prog, cg.get(), report));
   }
   spdlog::info("egressd programs in force at {} ({} attached, {} updated in place), pins under {}",
                cg_root, report.links_attached, report.links_updated, paths.pin_root);
@@ -142,8 +145,8 @@ absl::Status UnloadEnforcement(const Paths& paths, const PinLock&, bool force) {
                      "Remove them first or pass --force"));
     }
   }
-  for (const char* name : kProgramNames) {
-    std::string pin = LinkPin(paths, name);
+  for (const auto& slot : kPrograms) {
+    std::string pin = LinkPin(paths, slot.name);
     UniqueFd fd(bpf_obj_get(pin.c_str()));
     if (fd.valid() && bpf_link_detach(fd.get()) != 0 && errno != EINVAL) {
       return ErrnoStatus(errno, absl::StrCat("detach link ", pin));

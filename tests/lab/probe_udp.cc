@@ -46,6 +46,14 @@ void TcpWithOption(Json& j, const Op& op, const Target& t, int level, int name,
   j.Ok().Emit();
 }
 
+// connect() then send(): the connected-UDP path (connect4/6 judge it once).
+void ConnectAndSend(Json& j, const Op& op, int fd, const Target& t) {
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&t.sa), t.len) != 0)
+    return j.Err(errno, "connect").Emit();
+  const std::string payload = op.Str("payload", kDefaultPayload);
+  FinishSend(j, op, fd, send(fd, payload.data(), payload.size(), MSG_NOSIGNAL), t, "send");
+}
+
 }  // namespace
 
 void OpUdpConnected(const Op& op) {
@@ -53,11 +61,7 @@ void OpUdpConnected(const Op& op) {
   Json j = TargetLine(op, t);
   Fd fd(DatagramSocketFor(t.family));
   if (!fd.ok()) return j.Err(errno, "socket").Emit();
-  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&t.sa), t.len) != 0)
-    return j.Err(errno, "connect").Emit();
-  const std::string payload = op.Str("payload", kDefaultPayload);
-  FinishSend(j, op, fd.get(), send(fd.get(), payload.data(), payload.size(), MSG_NOSIGNAL), t,
-             "send");
+  ConnectAndSend(j, op, fd.get(), t);
 }
 
 void OpUdpSendto(const Op& op) {
@@ -201,11 +205,7 @@ void OpRthdr6(const Op& op) {
   if (!fd.ok()) return j.Err(errno, "socket").Emit();
   if (setsockopt(fd.get(), IPPROTO_IPV6, IPV6_RTHDR, rh.data(), rh.size()) != 0)
     return j.Err(errno, "setsockopt").Emit();
-  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&t.sa), t.len) != 0)
-    return j.Err(errno, "connect").Emit();
-  const std::string payload = op.Str("payload", kDefaultPayload);
-  FinishSend(j, op, fd.get(), send(fd.get(), payload.data(), payload.size(), MSG_NOSIGNAL), t,
-             "send");
+  ConnectAndSend(j, op, fd.get(), t);
 }
 
 // IPv4 UDP with IP_OPTIONS loose (or --strict) source route via VIA.
@@ -222,11 +222,7 @@ void OpLsrr4(const Op& op) {
   if (!fd.ok()) return j.Err(errno, "socket").Emit();
   if (setsockopt(fd.get(), IPPROTO_IP, IP_OPTIONS, opt, sizeof(opt)) != 0)
     return j.Err(errno, "setsockopt").Emit();
-  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&t.sa), t.len) != 0)
-    return j.Err(errno, "connect").Emit();
-  const std::string payload = op.Str("payload", kDefaultPayload);
-  FinishSend(j, op, fd.get(), send(fd.get(), payload.data(), payload.size(), MSG_NOSIGNAL), t,
-             "send");
+  ConnectAndSend(j, op, fd.get(), t);
 }
 
 }  // namespace egressd::probe

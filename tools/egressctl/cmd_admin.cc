@@ -1,6 +1,4 @@
 // load, unload, probe, status.
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,29 +12,11 @@
 #include "maps/pinned_maps.h"
 #include "maps/policy_store.h"
 #include "maps/sandbox_table.h"
+#include "maps/stats.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
 
 namespace egressd::cli {
-namespace {
-
-std::vector<uint64_t> ReadStats(const maps::PinnedMaps& m) {
-  int ncpu = libbpf_num_possible_cpus();
-  std::vector<uint64_t> totals(EGR_STAT_MAX, 0);
-  std::vector<uint64_t> per_cpu(ncpu > 0 ? ncpu : 1);
-  for (uint32_t i = 0; i < EGR_STAT_MAX; ++i) {
-    if (bpf_map_lookup_elem(m.stats(), &i, per_cpu.data()) != 0) continue;
-    for (uint64_t v : per_cpu) totals[i] += v;
-  }
-  return totals;
-}
-
-const char* kStatNames[EGR_STAT_MAX] = {"connect_allow", "connect_deny", "sendmsg_allow",
-                                        "sendmsg_deny",  "skb_pass",     "skb_drop",
-                                        "contained_deny"};
-
-}  // namespace
-
 int CmdLoad(const Paths& paths) {
   // Before the lock, which creates the pin dir: a node that cannot run
   // egressd is left exactly as it was.
@@ -77,7 +57,7 @@ int CmdStatus(const Paths& paths, bool json) {
   auto policies = maps::PolicyStore(*m).List();
   if (!cgroups.ok()) return Report(cgroups.status());
   if (!policies.ok()) return Report(policies.status());
-  auto stats = ReadStats(*m);
+  auto stats = maps::ReadCounters(*m);
   nlohmann::json j;
   j["loaded"] = IsLoaded(paths);
   j["pin_root"] = paths.pin_root;
@@ -94,7 +74,7 @@ int CmdStatus(const Paths& paths, bool json) {
                              {"default", p.header.default_verdict == EGR_VERDICT_ALLOW ? "allow" : "deny"},
                              {"on_deny", p.header.deny_action == EGR_ACTION_DROP ? "drop" : "reject"}});
   }
-  for (int i = 0; i < EGR_STAT_MAX; ++i) j["counters"][kStatNames[i]] = stats[i];
+  for (int i = 0; i < EGR_STAT_MAX; ++i) j["counters"][maps::CounterName(i)] = stats[i];
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
@@ -110,7 +90,7 @@ int CmdStatus(const Paths& paths, bool json) {
                 p["default"].get<std::string>().c_str(), p["on_deny"].get<std::string>().c_str(),
                 p["refcount"].get<uint32_t>());
   }
-  for (int i = 0; i < EGR_STAT_MAX; ++i) std::printf("  %-15s %llu\n", kStatNames[i], (unsigned long long)stats[i]);
+  for (int i = 0; i < EGR_STAT_MAX; ++i) std::printf("  %-15s %llu\n", maps::CounterName(i), (unsigned long long)stats[i]);
   return kExitOk;
 }
 
