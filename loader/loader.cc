@@ -15,10 +15,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "egressd.skel.h"
-#include "loader/errors.h"
+#include "userspace/common/errors.h"
+#include "loader/bpffs.h"
 #include "loader/probe.h"
 #include "loader/self_test.h"
-#include "loader/unique_fd.h"
+#include "userspace/common/unique_fd.h"
 #include "maps/egressd_abi.h"
 #include "maps/pinned_maps.h"
 #include "maps/sandbox_table.h"
@@ -107,8 +108,9 @@ bool IsLoaded(const Paths& paths) {
   return true;
 }
 
-absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const PinLock&) {
+absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLock&) {
   EGR_RETURN_IF_ERROR(RequireKernel(paths));
+  EGR_RETURN_IF_ERROR(EnsureBpffs(paths.bpffs));
   EGR_ASSIGN_OR_RETURN(std::string cg_root, FindCgroup2Mount());
   EGR_RETURN_IF_ERROR(MakeDirs(LinkDir(paths), 0700));
 
@@ -133,7 +135,7 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const PinLock&) {
   return report;
 }
 
-absl::Status UnloadEnforcement(const Paths& paths, const PinLock&, bool force) {
+absl::Status UnloadEnforcement(const Paths& paths, const InstanceLock&, bool force) {
   if (auto maps = maps::PinnedMaps::Open(paths.pin_root); maps.ok()) {
     maps::SandboxTable table(*maps);
     EGR_ASSIGN_OR_RETURN(auto entries, table.List());

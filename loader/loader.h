@@ -5,8 +5,8 @@
 #pragma once
 
 #include "absl/status/statusor.h"
-#include "loader/environment.h"
-#include "loader/pin_lock.h"
+#include "userspace/common/node.h"
+#include "userspace/common/instance_lock.h"
 
 namespace egressd {
 
@@ -19,11 +19,11 @@ struct LoadReport {
 // swaps each pinned link's program atomically, so there is no window without
 // enforcement.  Probes the kernel first and self-tests after.  Caller holds
 // the pin lock.
-absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const PinLock& lock);
+absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLock& lock);
 
 // Detaches every link and removes the pins.  Refuses while sandboxes are
 // registered unless force.  Caller holds the pin lock.
-absl::Status UnloadEnforcement(const Paths& paths, const PinLock& lock, bool force);
+absl::Status UnloadEnforcement(const Paths& paths, const InstanceLock& lock, bool force);
 
 // All links pinned: enforcement is in force.
 bool IsLoaded(const Paths& paths);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "loader/environment.h"
+#include "userspace/common/node.h"
 
 namespace egressd {
 
@@ -16,8 +16,8 @@ struct ProbeItem {
   std::string detail;  // why not, or where
 };
 
-// Every check, in order; none of them changes the system except mounting
-// bpffs when it is absent.
+// Every check, in order; none of them changes the system (a missing bpffs is
+// reported, and mounted only by `load`).
 std::vector<ProbeItem> ProbeKernel(const Paths& paths);
 
 // OK, or FailedPrecondition listing every missing item.

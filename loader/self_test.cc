@@ -19,7 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
-#include "loader/errors.h"
+#include "userspace/common/errors.h"
 #include "maps/pinned_maps.h"
 #include "maps/policy_store.h"
 #include "maps/sandbox_table.h"

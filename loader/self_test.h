@@ -5,7 +5,7 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "loader/environment.h"
+#include "userspace/common/node.h"
 
 namespace egressd {
 

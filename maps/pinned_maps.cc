@@ -3,7 +3,7 @@
 #include <bpf/bpf.h>
 
 #include "absl/strings/str_cat.h"
-#include "loader/errors.h"
+#include "userspace/common/errors.h"
 #include "maps/egressd_abi.h"
 
 namespace egressd::maps {

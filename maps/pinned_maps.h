@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "loader/unique_fd.h"
+#include "userspace/common/unique_fd.h"
 
 namespace egressd::maps {
 

@@ -13,7 +13,7 @@ constexpr int ENOTSUPP_ = 524;
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
-#include "loader/errors.h"
+#include "userspace/common/errors.h"
 #include "maps/map_iter.h"
 
 namespace egressd::maps {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "egressd_env.h"
-#include "loader/environment.h"
+#include "userspace/common/node.h"
 #include "userspace/control/registry.h"
 
 namespace egressd::test {

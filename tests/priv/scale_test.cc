@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "egressd_env.h"
-#include "loader/environment.h"
+#include "userspace/common/node.h"
 #include "userspace/control/registry.h"
 #include "userspace/policy/compiled_policy.h"
 #include "userspace/policy/compiler.h"

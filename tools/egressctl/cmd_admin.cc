@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "loader/loader.h"
-#include "loader/pin_lock.h"
+#include "userspace/common/instance_lock.h"
 #include "loader/probe.h"
 #include "maps/pinned_maps.h"
 #include "maps/policy_store.h"
@@ -21,7 +21,7 @@ int CmdLoad(const Paths& paths) {
   // Before the lock, which creates the pin dir: a node that cannot run
   // egressd is left exactly as it was.
   if (auto s = RequireKernel(paths); !s.ok()) return Report(s);
-  auto lock = PinLock::Acquire(paths.pin_root);
+  auto lock = InstanceLock::Acquire(paths);
   if (!lock.ok()) return Report(lock.status());
   auto r = LoadEnforcement(paths, *lock);
   if (!r.ok()) return Report(r.status());
@@ -35,7 +35,7 @@ int CmdUnload(const Paths& paths, bool force) {
     std::printf("egressd is not loaded (no %s)\n", paths.pin_root.c_str());
     return kExitOk;
   }
-  auto lock = PinLock::Acquire(paths.pin_root);
+  auto lock = InstanceLock::Acquire(paths);
   if (!lock.ok()) return Report(lock.status());
   return Report(UnloadEnforcement(paths, *lock, force));
 }

@@ -10,9 +10,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "loader/environment.h"
+#include "userspace/common/node.h"
 #include "loader/loader.h"
-#include "loader/pin_lock.h"
+#include "userspace/common/instance_lock.h"
 #include "loader/probe.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/isolation.h"
@@ -44,7 +44,7 @@ absl::Status ResolveUser(const std::string& user, run::IsolationSpec& spec) {
 absl::Status EnsureLoaded(const Paths& paths) {
   if (IsLoaded(paths)) return absl::OkStatus();
   if (auto s = RequireKernel(paths); !s.ok()) return s;
-  auto lock = PinLock::Acquire(paths.pin_root);
+  auto lock = InstanceLock::Acquire(paths);
   if (!lock.ok()) return lock.status();
   if (IsLoaded(paths)) return absl::OkStatus();
   return LoadEnforcement(paths, *lock).status();

@@ -2,7 +2,7 @@
 // orchestrator's path until the daemon's API arrives).
 #include <cstdio>
 
-#include "loader/environment.h"
+#include "userspace/common/node.h"
 #include "loader/loader.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "loader/environment.h"
+#include "userspace/common/node.h"
 
 namespace egressd::cli {
 

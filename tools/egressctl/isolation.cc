@@ -17,7 +17,7 @@
 #include <cstring>
 
 #include "absl/strings/match.h"
-#include "loader/errors.h"
+#include "userspace/common/errors.h"
 
 namespace egressd::run {
 namespace {

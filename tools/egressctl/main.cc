@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
   int verbosity = 0;
   app.add_option("--pin-root", paths.pin_root, "bpffs directory of this egressd instance")
       ->capture_default_str();
+  auto* runtime_dir = app.add_option("--runtime-dir", paths.runtime_dir,
+                                     "Runtime state of this instance (lock, sandbox records); default "
+                                     "/run/egressd, or /run/egressd/instances/<pin root> for another pin root");
   app.add_flag("-v,--verbose", verbosity, "More logging (-vv: debug)");
 
   auto* load = app.add_subcommand("load", "Load and attach the programs (idempotent; upgrades in place)");
@@ -112,6 +115,10 @@ int main(int argc, char** argv) {
     return cli::kExitBadInput;
   }
   for (auto& f : after_parse) f();
+  // Another pin root is another instance, with its own runtime state.
+  if (runtime_dir->count() == 0 && std::getenv("EGRESSD_RUNTIME_DIR") == nullptr) {
+    paths.runtime_dir = Paths::DefaultRuntimeDir(paths.pin_root);
+  }
   if (verbosity > 0) spdlog::set_level(verbosity > 1 ? spdlog::level::debug : spdlog::level::info);
 
   if (*load) return cli::CmdLoad(paths);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "loader/errors.h"
+#include "userspace/common/errors.h"
 
 namespace egressd::control {
 namespace {

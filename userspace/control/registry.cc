@@ -2,8 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "loader/errors.h"
-#include "loader/pin_lock.h"
+#include "userspace/common/errors.h"
+#include "userspace/common/instance_lock.h"
 #include "maps/pinned_maps.h"
 #include "maps/policy_store.h"
 
@@ -12,7 +12,7 @@ namespace egressd::control {
 // One locked read-modify-write over the instance's maps.
 template <typename Fn>
 absl::Status Registry::Locked(Fn fn) {
-  EGR_ASSIGN_OR_RETURN(auto lock, PinLock::Acquire(paths_.pin_root));
+  EGR_ASSIGN_OR_RETURN(auto lock, InstanceLock::Acquire(paths_));
   EGR_ASSIGN_OR_RETURN(auto maps, maps::PinnedMaps::Open(paths_.pin_root));
   maps::PolicyStore store(maps);
   maps::SandboxTable table(maps);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "loader/environment.h"
+#include "userspace/common/node.h"
 #include "maps/policy_store.h"
 #include "maps/sandbox_table.h"
 #include "userspace/policy/compiled_policy.h"

@@ -1,5 +1,6 @@
-// Facts about the node that the loader and the CLI need, found rather than
-// assumed: where cgroup2 and bpffs are mounted, a cgroup's id, a netns cookie.
+// Facts about the node that every layer needs, found rather than assumed:
+// the instance's paths, where cgroup2 and bpffs are mounted, a cgroup's id, a
+// netns cookie.  No libbpf here: this is the bottom layer (userspace/common).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,9 @@ namespace egressd {
 struct Paths {
   std::string bpffs = "/sys/fs/bpf";
   std::string pin_root = "/sys/fs/bpf/egressd";  // maps + links/ of one instance
+  // The instance's runtime state (its lock, its sandbox records, later the
+  // daemon's socket): /run/egressd for the default pin root, a directory of
+  // its own below /run/egressd/instances for any other.
   std::string runtime_dir = "/run/egressd";
   // Whose loopback the policy governs: the netns egressd is first loaded
   // from (the node's: the daemon runs with hostNetwork).  EGRESSD_NODE_NETNS
@@ -19,17 +23,24 @@ struct Paths {
   std::string node_netns = "/proc/self/ns/net";
 
   // Defaults, overridden by EGRESSD_PIN_ROOT / EGRESSD_RUNTIME_DIR /
-  // EGRESSD_NODE_NETNS (tests run
-  // isolated instances side by side with unique pin roots).
+  // EGRESSD_NODE_NETNS (tests run isolated instances side by side with
+  // unique pin roots; each gets its own runtime directory).
   static Paths FromEnvironment();
+  // Where an instance pinned at `pin_root` keeps its runtime state unless
+  // told otherwise.
+  static std::string DefaultRuntimeDir(const std::string& pin_root);
 };
 
 // The cgroup2 mount point, from /proc/mounts (hybrid hosts mount it at
 // /sys/fs/cgroup/unified, unified ones at /sys/fs/cgroup).
 absl::StatusOr<std::string> FindCgroup2Mount();
 
-// Mounts bpffs at `path` when nothing bpffs is mounted there.
-absl::Status EnsureBpffs(const std::string& path);
+// Whether a bpffs is mounted at `path` (statfs; changes nothing).
+bool IsBpffs(const std::string& path);
+
+// The mount point of the first mount of `fstype` in /proc/mounts, read with
+// getmntent(3) so escaped paths ("\040" for a space) come back decoded.
+absl::StatusOr<std::string> FindMountOfType(const std::string& fstype);
 
 // cgroup v2 ids are the inode numbers of the cgroup directories.
 absl::StatusOr<uint64_t> CgroupIdOf(const std::string& cgroup_dir);

@@ -1,21 +1,20 @@
-#include "loader/environment.h"
+#include "userspace/common/node.h"
 
 #include <fcntl.h>
 #include <sched.h>
-#include <sys/mount.h>
+#include <mntent.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "loader/errors.h"
-#include "loader/unique_fd.h"
+#include "userspace/common/errors.h"
+#include "userspace/common/unique_fd.h"
 
 #ifndef SO_NETNS_COOKIE
 #define SO_NETNS_COOKIE 71
@@ -29,19 +28,46 @@ namespace egressd {
 Paths Paths::FromEnvironment() {
   Paths p;
   if (const char* v = std::getenv("EGRESSD_PIN_ROOT"); v && *v) p.pin_root = v;
+  p.runtime_dir = DefaultRuntimeDir(p.pin_root);
   if (const char* v = std::getenv("EGRESSD_RUNTIME_DIR"); v && *v) p.runtime_dir = v;
   if (const char* v = std::getenv("EGRESSD_NODE_NETNS"); v && *v) p.node_netns = v;
   return p;
 }
 
-absl::StatusOr<std::string> FindCgroup2Mount() {
-  std::ifstream mounts("/proc/mounts");
-  if (!mounts) return ErrnoStatus(errno, "open /proc/mounts");
-  std::string line;
-  while (std::getline(mounts, line)) {
-    std::vector<std::string> f = absl::StrSplit(line, ' ');
-    if (f.size() >= 3 && f[2] == "cgroup2") return f[1];
+std::string Paths::DefaultRuntimeDir(const std::string& pin_root) {
+  static const Paths kDefaults;
+  if (pin_root == kDefaults.pin_root) return kDefaults.runtime_dir;
+  std::string name;
+  for (char ch : pin_root) {
+    bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == '-' || ch == '.';
+    if (ch == '/' && name.empty()) continue;
+    name += plain ? ch : '_';
   }
+  return absl::StrCat(kDefaults.runtime_dir, "/instances/", name);
+}
+
+absl::StatusOr<std::string> FindMountOfType(const std::string& fstype) {
+  FILE* f = setmntent("/proc/mounts", "re");
+  if (f == nullptr) return ErrnoStatus(errno, "open /proc/mounts");
+  std::optional<std::string> found;
+  // getmntent_r: the buffer is ours, so this is safe beside other threads.
+  char buf[4096];
+  mntent ent {};
+  while (getmntent_r(f, &ent, buf, sizeof(buf)) != nullptr) {
+    if (fstype == ent.mnt_type) {
+      found = ent.mnt_dir;
+      break;
+    }
+  }
+  endmntent(f);
+  if (!found) return absl::NotFoundError(absl::StrCat("no ", fstype, " filesystem in /proc/mounts"));
+  return *found;
+}
+
+absl::StatusOr<std::string> FindCgroup2Mount() {
+  auto m = FindMountOfType("cgroup2");
+  if (m.ok() || !absl::IsNotFound(m.status())) return m;
   return absl::FailedPreconditionError(
       "no cgroup2 filesystem in /proc/mounts: egressd needs cgroup v2 (mount -t cgroup2 none /sys/fs/cgroup)");
 }
@@ -57,16 +83,9 @@ absl::Status MakeDirs(const std::string& path, unsigned mode) {
   return absl::OkStatus();
 }
 
-absl::Status EnsureBpffs(const std::string& path) {
+bool IsBpffs(const std::string& path) {
   struct statfs fs {};
-  if (statfs(path.c_str(), &fs) == 0 && static_cast<uint64_t>(fs.f_type) == BPF_FS_MAGIC) {
-    return absl::OkStatus();
-  }
-  EGR_RETURN_IF_ERROR(MakeDirs(path, 0700));
-  if (mount("bpf", path.c_str(), "bpf", 0, "mode=0700") != 0) {
-    return ErrnoStatus(errno, absl::StrCat("mount bpffs at ", path));
-  }
-  return absl::OkStatus();
+  return statfs(path.c_str(), &fs) == 0 && static_cast<uint64_t>(fs.f_type) == BPF_FS_MAGIC;
 }
 
 absl::StatusOr<uint64_t> CgroupIdOf(const std::string& cgroup_dir) {
