@@ -14,10 +14,12 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "egressd.skel.h"
 #include "userspace/common/errors.h"
 #include "loader/bpffs.h"
 #include "loader/probe.h"
+#include "userspace/common/fault.h"
 #include "loader/self_test.h"
 #include "userspace/common/unique_fd.h"
 #include "maps/egressd_abi.h"
@@ -76,15 +78,41 @@ absl::Status WriteConfig(const Paths& paths) {
   return absl::OkStatus();
 }
 
+// What one load changed at one hook, so a failure later in the same load
+// can put it back: a link attached by this load is detached and unpinned; a
+// link whose program this load swapped gets its old program back.
+struct HookChange {
+  std::string name;
+  std::string pin;
+  bool attached = false;  // else updated in place
+  UniqueFd old_prog;      // updated: the program that was in force before
+};
+
+absl::StatusOr<UniqueFd> ProgramOfLink(int link_fd) {
+  bpf_link_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(link_fd, &info, &len) != 0) return ErrnoStatus(errno, "read link info");
+  UniqueFd prog(bpf_prog_get_fd_by_id(info.prog_id));
+  if (!prog.valid()) return ErrnoStatus(errno, absl::StrCat("open program ", info.prog_id, " of a link"));
+  return prog;
+}
+
 // Swaps the program behind an existing pinned link, or attaches and pins.
 absl::Status AttachOrUpdate(const Paths& paths, const std::string& name, bpf_program* prog,
-                            int cgroup_fd, LoadReport& report) {
+                            int cgroup_fd, LoadReport& report, std::vector<HookChange>& changes) {
   std::string pin = LinkPin(paths, name);
+  if (int e = InjectedError("attach:" + name)) {
+    return ErrnoStatus(e, absl::StrCat("attach ", name, " to the cgroup2 root (injected)"));
+  }
   if (Exists(pin)) {
     Link link(bpf_link__open(pin.c_str()));
-    if (link && bpf_link__update_program(link.get(), prog) == 0) {
-      report.links_updated++;
-      return absl::OkStatus();
+    if (link) {
+      auto old = ProgramOfLink(bpf_link__fd(link.get()));
+      if (old.ok() && bpf_link__update_program(link.get(), prog) == 0) {
+        changes.push_back({name, pin, false, std::move(*old)});
+        report.links_updated++;
+        return absl::OkStatus();
+      }
     }
     // A pin whose link no longer works (e.g. its cgroup vanished): replace it.
     spdlog::warn("pinned link {} unusable ({}); re-attaching", pin, std::strerror(errno));
@@ -95,8 +123,50 @@ absl::Status AttachOrUpdate(const Paths& paths, const std::string& name, bpf_pro
   if (int r = bpf_link__pin(link.get(), pin.c_str()); r != 0) {
     return LibbpfStatus(r, absl::StrCat("pin link ", pin));
   }
+  changes.push_back({name, pin, true, UniqueFd()});
   report.links_attached++;
   return absl::OkStatus();
+}
+
+// Undoes `changes` newest first.  Returns what an operator must know: what
+// was put back, and anything that could not be.
+std::string RollBack(std::vector<HookChange>& changes) {
+  std::vector<std::string> done, failed;
+  for (auto it = changes.rbegin(); it != changes.rend(); ++it) {
+    UniqueFd link(bpf_obj_get(it->pin.c_str()));
+    if (!link.valid()) {
+      failed.push_back(absl::StrCat(it->name, " (open ", it->pin, ": ", std::strerror(errno), ")"));
+      continue;
+    }
+    if (it->attached) {
+      if (bpf_link_detach(link.get()) != 0 && errno != EINVAL) {
+        failed.push_back(absl::StrCat(it->name, " (detach: ", std::strerror(errno), ")"));
+        continue;
+      }
+      unlink(it->pin.c_str());
+      done.push_back(absl::StrCat(it->name, " detached"));
+    } else {
+      if (bpf_link_update(link.get(), it->old_prog.get(), nullptr) != 0) {
+        failed.push_back(absl::StrCat(it->name, " (restore the old program: ", std::strerror(errno), ")"));
+        continue;
+      }
+      done.push_back(absl::StrCat(it->name, " back on its previous program"));
+    }
+  }
+  changes.clear();
+  std::string out;
+  if (!done.empty()) absl::StrAppend(&out, "rolled back: ", absl::StrJoin(done, ", "));
+  if (!failed.empty()) {
+    absl::StrAppend(&out, out.empty() ? "" : "; ", "NOT rolled back: ", absl::StrJoin(failed, ", "));
+  }
+  return out;
+}
+
+// The status of a load that failed after `changes`, with what became of them.
+absl::Status FailedAfter(const absl::Status& cause, std::vector<HookChange>& changes) {
+  if (changes.empty()) return cause;
+  std::string undo = RollBack(changes);
+  return absl::Status(cause.code(), absl::StrCat(cause.message(), "\n", undo));
 }
 
 }  // namespace
@@ -126,16 +196,21 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLoc
   UniqueFd cg(open(cg_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!cg.valid()) return ErrnoStatus(errno, absl::StrCat("open cgroup2 root ", cg_root));
   LoadReport report;
+  std::vector<HookChange> changes;
   for (const auto& slot : kPrograms) {
-    EGR_RETURN_IF_ERROR(AttachOrUpdate(paths, slot.name, skel->progs.*slot.prog, cg.get(), report));
+    absl::Status s = AttachOrUpdate(paths, slot.name, skel->progs.*slot.prog, cg.get(), report, changes);
+    if (!s.ok()) return FailedAfter(s, changes);
   }
   spdlog::info("egressd programs in force at {} ({} attached, {} updated in place), pins under {}",
                cg_root, report.links_attached, report.links_updated, paths.pin_root);
-  EGR_RETURN_IF_ERROR(RunSelfTest(paths));
+  // Programs that do not enforce must not stay in force: a failed self-test
+  // puts every hook back as it was before this load.
+  if (absl::Status s = RunSelfTest(paths); !s.ok()) return FailedAfter(s, changes);
   return report;
 }
 
 absl::Status UnloadEnforcement(const Paths& paths, const InstanceLock&, bool force) {
+  CollectDeadSelfTests(paths);
   if (auto maps = maps::PinnedMaps::Open(paths.pin_root); maps.ok()) {
     maps::SandboxTable table(*maps);
     EGR_ASSIGN_OR_RETURN(auto entries, table.List());

@@ -1,6 +1,7 @@
 #include "loader/self_test.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 #include "maps/pinned_maps.h"
 #include "maps/policy_store.h"
 #include "maps/sandbox_table.h"
+#include "userspace/common/fault.h"
 
 namespace egressd {
 namespace {
@@ -83,13 +85,64 @@ absl::Status ProbeConnectRefused(const std::string& cgroup_dir) {
   }
 }
 
+// Self-test cgroups are named after the instance, so an instance collects
+// only its own: "egressd-selftest-<hash of the pin root>-<pid>-<nonce>".
+std::string SelfTestPrefix(const Paths& paths) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: a stable tag, not a secret
+  for (unsigned char ch : paths.pin_root) h = (h ^ ch) * 1099511628211ull;
+  char tag[17];
+  std::snprintf(tag, sizeof(tag), "%016llx", static_cast<unsigned long long>(h));
+  return absl::StrCat("egressd-selftest-", tag, "-");
+}
+
+// Ends whatever still runs in a dead self-test's cgroup and removes it.
+void RemoveSelfTestCgroup(const std::string& dir) {
+  if (int fd = open((dir + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC); fd >= 0) {
+    (void)!write(fd, "1", 1);
+    close(fd);
+  }
+  // The probe never blocks (a denied connect fails at once), so it is gone
+  // or going; rmdir succeeds once it has been reaped.
+  for (int i = 0; i < 100 && rmdir(dir.c_str()) != 0 && errno == EBUSY; ++i) usleep(10000);
+}
+
 }  // namespace
 
+int CollectDeadSelfTests(const Paths& paths) {
+  auto cg_root = FindCgroup2Mount();
+  auto maps = maps::PinnedMaps::Open(paths.pin_root);
+  if (!cg_root.ok()) return 0;
+  const std::string prefix = SelfTestPrefix(paths);
+  std::vector<std::string> dirs;
+  if (DIR* d = opendir(cg_root->c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) dirs.push_back(*cg_root + "/" + e->d_name);
+    }
+    closedir(d);
+  }
+  for (const auto& dir : dirs) {
+    // Only the lock holder runs a self-test, and the caller holds the lock:
+    // every self-test cgroup of this instance found now belongs to a dead run.
+    spdlog::warn("collecting the state of a self-test that did not finish: {}", dir);
+    auto id = CgroupIdOf(dir);
+    if (id.ok() && maps.ok()) {
+      maps::SandboxTable table(*maps);
+      if (auto v = table.Get(*id); v.ok() && *v) {
+        (void)table.Remove(*id);
+        if ((*v)->kind == EGR_CG_SANDBOX) (void)maps::PolicyStore(*maps).Release((*v)->policy_id);
+      }
+    }
+    RemoveSelfTestCgroup(dir);
+  }
+  return static_cast<int>(dirs.size());
+}
+
 absl::Status RunSelfTest(const Paths& paths) {
+  CollectDeadSelfTests(paths);
   EGR_ASSIGN_OR_RETURN(std::string cg_root, FindCgroup2Mount());
   uint32_t nonce = 0;
   (void)getrandom(&nonce, sizeof(nonce), 0);
-  std::string dir = absl::StrCat(cg_root, "/egressd-selftest-", getpid(), "-", nonce);
+  std::string dir = absl::StrCat(cg_root, "/", SelfTestPrefix(paths), getpid(), "-", nonce);
   if (mkdir(dir.c_str(), 0700) != 0) return ErrnoStatus(errno, absl::StrCat("mkdir ", dir));
 
   EGR_ASSIGN_OR_RETURN(auto maps, maps::PinnedMaps::Open(paths.pin_root));
@@ -106,6 +159,7 @@ absl::Status RunSelfTest(const Paths& paths) {
     result = pid.status();
   } else {
     result = table.Point(*id, *pid);
+    CrashPoint("selftest:registered");
     if (result.ok()) result = ProbeConnectRefused(dir);
     (void)table.Remove(*id);
     (void)store.Release(*pid);

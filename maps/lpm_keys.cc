@@ -110,6 +110,23 @@ absl::StatusOr<std::vector<AllowEntry>> BuildAllowEntries(
   return out;
 }
 
+absl::Status CheckFitsMaps(const policy::CompiledPolicy& p) {
+  auto entries = BuildAllowEntries(p.allowed);
+  if (!entries.ok()) return entries.status();
+  size_t v4 = 0, v6 = 0, prot4 = 0, prot6 = 0;
+  for (const auto& e : *entries) (e.cidr.addr().is_v4() ? v4 : v6)++;
+  for (const auto& pc : p.protected_cidrs) (pc.cidr.addr().is_v4() ? prot4 : prot6)++;
+  auto too_many = [](size_t n, size_t max, const char* what) {
+    return absl::InvalidArgumentError(absl::StrCat(n, " ", what, "; the kernel map holds at most ", max,
+                                                   " for all sandboxes together"));
+  };
+  if (v4 > EGR_MAX_ALLOW4) return too_many(v4, EGR_MAX_ALLOW4, "allowed IPv4 prefixes");
+  if (v6 > EGR_MAX_ALLOW6) return too_many(v6, EGR_MAX_ALLOW6, "allowed IPv6 prefixes");
+  if (prot4 > EGR_MAX_PROT) return too_many(prot4, EGR_MAX_PROT, "protected IPv4 prefixes");
+  if (prot6 > EGR_MAX_PROT) return too_many(prot6, EGR_MAX_PROT, "protected IPv6 prefixes");
+  return absl::OkStatus();
+}
+
 egr_policy_val MakePolicyHeader(const policy::CompiledPolicy& p) {
   egr_policy_val v{};
   v.default_verdict = p.default_verdict == policy::Verdict::kAllow ? EGR_VERDICT_ALLOW

@@ -29,6 +29,12 @@ struct AllowEntry {
 absl::StatusOr<std::vector<AllowEntry>> BuildAllowEntries(
     const std::vector<policy::AllowedCidr>& allowed);
 
+// Whether the policy can be written at all (port ranges per prefix, entries
+// per trie): checked before anything is changed, so a policy that cannot be
+// represented is bad input (InvalidArgument naming the CIDR), never a
+// half-applied change.
+absl::Status CheckFitsMaps(const policy::CompiledPolicy& p);
+
 egr_policy_val MakePolicyHeader(const policy::CompiledPolicy& p);
 
 }  // namespace egressd::maps

@@ -14,6 +14,8 @@
 #include "loader/loader.h"
 #include "userspace/common/instance_lock.h"
 #include "loader/probe.h"
+#include "maps/lpm_keys.h"
+#include "userspace/common/fault.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/isolation.h"
 #include "tools/egressctl/policy_flags.h"
@@ -63,7 +65,12 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const std::string& user
   spec.argv = command;
   if (auto s = ResolveUser(user, spec); !s.ok()) return Report(s);
 
+  if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
+
   if (auto s = EnsureLoaded(paths); !s.ok()) return Report(s);
+  // From here until the command runs, a signal must not end egressctl with
+  // its sandbox registered: it is held, then forwarded to the command.
+  run::DeferSignals deferred;
   auto cg2 = FindCgroup2Mount();
   if (!cg2.ok()) return Report(cg2.status());
   uint32_t nonce = 0;
@@ -81,6 +88,7 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const std::string& user
     return Report(registered);
   }
   spdlog::info("sandbox {} (cgroup id {}) registered; running {}", spec.cgroup_dir, *id, command[0]);
+  CrashPoint("run:registered");
 
   auto code = run::RunIsolated(spec);
 

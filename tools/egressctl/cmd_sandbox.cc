@@ -3,7 +3,9 @@
 #include <cstdio>
 
 #include "userspace/common/node.h"
+#include "absl/strings/str_cat.h"
 #include "loader/loader.h"
+#include "maps/lpm_keys.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
 #include "userspace/control/registry.h"
@@ -16,7 +18,13 @@ absl::StatusOr<uint64_t> LoadedCgroupId(const Paths& paths, const std::string& c
     return absl::FailedPreconditionError("egressd is not loaded under " + paths.pin_root +
                                          " (run `egressctl load` first)");
   }
-  return CgroupIdOf(cgroup);
+  auto id = CgroupIdOf(cgroup);
+  // A path that is not a cgroup is the caller's mistake (exit 2, nothing
+  // changed); any other failure to read it is the system's (exit 1).
+  if (!id.ok() && (absl::IsNotFound(id.status()) || absl::IsInvalidArgument(id.status()))) {
+    return absl::InvalidArgumentError(absl::StrCat("--cgroup ", id.status().message()));
+  }
+  return id;
 }
 
 }  // namespace
@@ -25,6 +33,7 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
   auto policy = CompileFlags(flags);
   if (!policy.ok()) return Report(policy.status());
   PrintWarnings(*policy);
+  if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
   auto id = LoadedCgroupId(paths, cgroup);
   if (!id.ok()) return Report(id.status());
   return Report(control::Registry(paths).Register(*id, *policy));

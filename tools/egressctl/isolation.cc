@@ -27,6 +27,18 @@ constexpr int kExecFailed = 127;
 
 volatile pid_t g_forward_to = -1;
 
+sigset_t ForwardedSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, sig);
+  return set;
+}
+
+void UnblockForwardedSignals() {
+  sigset_t set = ForwardedSignals();
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);
+}
+
 void Forward(int sig) {
   if (g_forward_to > 0) kill(g_forward_to, sig);
 }
@@ -145,6 +157,9 @@ void DropCapabilities() {
 // Joins the sandbox cgroup, then unshares so the cgroup namespace is rooted
 // there and the next child is PID 1 of a new PID namespace.
 [[noreturn]] void EnterSandbox(const IsolationSpec& spec) {
+  // The parent deferred signals across registration; the sandbox's own
+  // processes take them as usual (each forwards to the next one down).
+  UnblockForwardedSignals();
   std::string procs = spec.cgroup_dir + "/cgroup.procs";
   int fd = open(procs.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0 || write(fd, "0", 1) != 1) Fail(("join " + procs).c_str());
@@ -169,6 +184,13 @@ const std::vector<int>& DroppedCapabilities() {
   return caps;
 }
 
+DeferSignals::DeferSignals() {
+  sigset_t set = ForwardedSignals();
+  sigprocmask(SIG_BLOCK, &set, &old_);
+}
+
+DeferSignals::~DeferSignals() { sigprocmask(SIG_SETMASK, &old_, nullptr); }
+
 absl::StatusOr<int> RunIsolated(const IsolationSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("no command to run");
   std::fflush(nullptr);
@@ -176,6 +198,8 @@ absl::StatusOr<int> RunIsolated(const IsolationSpec& spec) {
   if (child < 0) return ErrnoStatus(errno, "fork");
   if (child == 0) EnterSandbox(spec);
   ForwardSignalsTo(child);
+  // Anything that arrived while deferred is delivered now, to the command.
+  UnblockForwardedSignals();
   int code = WaitFor(child);
   ForwardSignalsTo(-1);
   return code;

@@ -7,6 +7,8 @@
 // set (CAP_NET_RAW stays: raw sockets are judged by the skb backstop).
 #pragma once
 
+#include <signal.h>
+
 #include <optional>
 #include <string>
 #include <sys/types.h>
@@ -23,6 +25,22 @@ struct IsolationSpec {
   std::optional<uid_t> uid;               // --user: drop to this uid (and its gid)
   std::optional<gid_t> gid;
   std::vector<std::string> argv;          // the command
+};
+
+// Keeps SIGINT, SIGTERM, SIGHUP and SIGQUIT pending from before a sandbox is
+// registered until RunIsolated forwards them to the command: a signal can
+// then never end egressctl between registration and the command's start,
+// which would leave a registered cgroup behind.  Restores the mask when
+// destroyed (a signal still pending then acts as it would have).
+class DeferSignals {
+ public:
+  DeferSignals();
+  ~DeferSignals();
+  DeferSignals(const DeferSignals&) = delete;
+  DeferSignals& operator=(const DeferSignals&) = delete;
+
+ private:
+  sigset_t old_;
 };
 
 // Runs the command isolated and returns its exit status (128+signal when it

@@ -11,6 +11,9 @@
 
 namespace egressd {
 
+// Never kInvalidArgument: that code means "the caller's input is wrong, and
+// nothing was changed" (exit 2), while an errno is the kernel's or the
+// system's answer (a kernel EINVAL included) and exits 1.
 inline absl::Status ErrnoStatus(int err, const std::string& what) {
   std::string msg = absl::StrCat(what, ": ", std::strerror(err), " (errno ", err, ")");
   switch (err) {
@@ -18,7 +21,6 @@ inline absl::Status ErrnoStatus(int err, const std::string& what) {
     case EEXIST: return absl::AlreadyExistsError(msg);
     case EPERM:
     case EACCES: return absl::PermissionDeniedError(msg);
-    case EINVAL: return absl::InvalidArgumentError(msg);
     case EBUSY:
     case EAGAIN: return absl::UnavailableError(msg);
     default: return absl::InternalError(msg);

@@ -50,8 +50,11 @@ int InjectedError(std::string_view point) {
 void CrashPoint(std::string_view point) {
   std::string value;
   if (!Armed("EGRESSD_CRASH_AT", point, &value)) return;
-  kill(getpid(), SIGKILL);
-  _exit(137);  // not reached
+  int sig = value == "SIGTERM" ? SIGTERM : value == "SIGINT" ? SIGINT : value == "SIGHUP" ? SIGHUP : SIGKILL;
+  // To the process, as kill(1) from outside would: a blocked signal stays
+  // pending, a handled one runs its handler.
+  kill(getpid(), sig);
+  if (sig == SIGKILL) _exit(137);  // not reached
 }
 
 }  // namespace egressd

@@ -5,6 +5,8 @@
 //   EGRESSD_FAULT=attach:egr_sendmsg4        InjectedError("attach:egr_sendmsg4") returns EIO
 //   EGRESSD_FAULT=attach:egr_sendmsg4=EPERM  ... with that errno
 //   EGRESSD_CRASH_AT=register:after-record   CrashPoint("register:after-record") SIGKILLs the process
+//   EGRESSD_CRASH_AT=run:registered=SIGTERM  ... sends it SIGTERM instead (a signal that can be
+//                                            blocked or handled: the test proves it is)
 //
 // Several points may be listed, comma-separated.  Unset (every production
 // run) each check is one getenv of a variable that is absent.
@@ -18,8 +20,9 @@ namespace egressd {
 // variable names one: EPERM, EINVAL, ENOSPC, E2BIG, EBUSY, ENOENT, EIO).
 int InjectedError(std::string_view point);
 
-// SIGKILLs the calling process when EGRESSD_CRASH_AT names this point: the
-// test then sees exactly the state a crash there leaves.
+// SIGKILLs the calling process when EGRESSD_CRASH_AT names this point (or
+// sends the signal named after '=': SIGTERM, SIGINT, SIGHUP): the test then
+// sees exactly the state a crash, or an operator's signal, there leaves.
 void CrashPoint(std::string_view point);
 
 }  // namespace egressd
