@@ -19,10 +19,8 @@ Counters ReadCounters(const PinnedMaps& maps) {
 }
 
 const char* CounterName(int stat) {
-  static const char* const kNames[EGR_STAT_MAX] = {"connect_allow", "connect_deny", "sendmsg_allow",
-                                                   "sendmsg_deny",  "skb_pass",     "skb_drop",
-                                                   "contained_deny"};
-  return stat >= 0 && stat < EGR_STAT_MAX ? kNames[stat] : "unknown";
+  // Each name is a string literal, so data() is NUL-terminated.
+  return stat >= 0 && stat < EGR_STAT_MAX ? kCounterNames.rows[stat].name.data() : "unknown";
 }
 
 }  // namespace egressd::maps

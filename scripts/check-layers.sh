@@ -14,7 +14,7 @@ cd "$repo"
 rules=(
   "userspace/common|userspace/common/|egr_common"
   "userspace/net|userspace/common/ userspace/net/|egr_common egr_net"
-  "userspace/policy|userspace/common/ userspace/net/ userspace/policy/|egr_common egr_net egr_policy"
+  "userspace/policy|userspace/common/ userspace/net/ userspace/policy/|egr_common egr_net egr_policy egr_policy_json"
   "userspace/sandbox|userspace/common/ userspace/sandbox/|egr_common egr_sandbox"
   "maps|userspace/common/ userspace/net/ userspace/policy/ maps/|egr_abi egr_common egr_net egr_policy egr_maps"
   "loader|userspace/common/ userspace/net/ userspace/policy/ maps/ loader/ egressd.skel.h|egr_abi egr_common egr_net egr_policy egr_maps egr_bpf_skel egr_loader"

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "userspace/policy/compiled_policy_json.h"
 
 namespace egressd::policy {
 namespace {
@@ -312,9 +313,9 @@ TEST(CompiledPolicy, ToJson) {
     "names": [{"name": "api.example.com", "source": "task"}],
     "wildcards": [{"wildcard": "*.example.org", "source": "run --egress"}]
   })");
-  EXPECT_EQ(p.ToJson(), want) << p.ToJson().dump(2);
+  EXPECT_EQ(ToJson(p), want) << ToJson(p).dump(2);
 
-  const nlohmann::json empty = CompiledPolicy().ToJson();
+  const nlohmann::json empty = ToJson(CompiledPolicy());
   EXPECT_EQ(empty["default"], "allow");
   EXPECT_EQ(empty["on_deny"], "reject");
   for (const char* k : {"protected", "allowed", "names", "wildcards"}) {

@@ -5,6 +5,7 @@
 
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
+#include "userspace/policy/compiled_policy_json.h"
 
 namespace egressd::cli {
 namespace {
@@ -33,7 +34,7 @@ int CmdPolicyCompile(const PolicyFlags& flags, const std::string& format) {
   if (!policy.ok()) return Report(policy.status());
   PrintWarnings(*policy);
   if (format == "json") {
-    nlohmann::json j = policy->ToJson();
+    nlohmann::json j = policy::ToJson(*policy);
     char hash[17];
     std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(policy->ContentHash()));
     j["hash"] = hash;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -12,8 +13,28 @@
 
 #include "loader/libbpf_log.h"
 #include "tools/egressctl/commands.h"
+#include "userspace/common/enum_names.h"
+#include "userspace/policy/compiled_policy.h"
+#include "userspace/policy/compiler.h"
+#include "userspace/policy/floor.h"
 
 namespace {
+
+// A table's names in order, "a (note) | b | c", so the help lists exactly
+// what the parser accepts.
+template <typename E, size_t N>
+std::string Choices(const egressd::EnumNames<E, N>& table,
+                    std::initializer_list<std::pair<E, const char*>> notes) {
+  std::string out;
+  for (const auto& row : table.rows) {
+    if (!out.empty()) out += " | ";
+    out += row.name;
+    for (const auto& [value, note] : notes) {
+      if (value == row.value) out += std::string(" (") + note + ")";
+    }
+  }
+  return out;
+}
 
 // The policy inputs of run, sandbox add and policy check/compile.  `after`
 // collects what can only be known once parsing is done.
@@ -25,12 +46,21 @@ void AddPolicyFlags(CLI::App* cmd, egressd::cli::PolicyFlags& f,
       ->type_size(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  auto* floor = cmd->add_option("--floor", f.floor, "connected (default) | airgapped | hosted");
-  auto* on_deny = cmd->add_option("--on-deny", f.on_deny, "reject (default: EPERM at once) | drop (silent)");
+  using egressd::policy::DenyAction;
+  using egressd::policy::Floor;
+  using egressd::policy::WorkloadKind;
+  auto* floor = cmd->add_option("--floor", f.floor,
+                                Choices(egressd::policy::kFloorNames, {{Floor::kConnected, "default"}}));
+  auto* on_deny = cmd->add_option(
+      "--on-deny", f.on_deny,
+      Choices(egressd::policy::kDenyActionNames,
+              {{DenyAction::kReject, "default: EPERM at once"}, {DenyAction::kDrop, "silent"}}));
   cmd->add_option("--config", f.config, "Deployment config (YAML), instead of --floor");
   cmd->add_option("--policy", f.policy, "Task declaration (YAML: egress: {allow: [...]})");
   cmd->add_option("--runtime", f.runtime, "Runtime declaration (YAML: sandbox: {egress: {allow: [...]}})");
-  cmd->add_option("--kind", f.kind, "agent | task (default) | runtime (default with --runtime)");
+  cmd->add_option("--kind", f.kind,
+                  Choices(egressd::policy::kWorkloadKindNames,
+                          {{WorkloadKind::kTask, "default"}, {WorkloadKind::kRuntime, "default with --runtime"}}));
   cmd->add_option("--grant", f.grants, "Orchestrator grant ADDR:PORTS, e.g. 192.0.2.5:80,8000-8100 (repeatable)")
       ->type_size(1)
       ->allow_extra_args(false)

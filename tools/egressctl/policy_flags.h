@@ -3,11 +3,17 @@
 #include "absl/status/statusor.h"
 #include "tools/egressctl/commands.h"
 #include "userspace/policy/compiled_policy.h"
+#include "userspace/policy/policy_inputs.h"
 
 namespace egressd::cli {
 
-// The policy inputs (--config/--floor/--on-deny, --policy, --runtime,
-// --egress, --grant, --kind, --compose) → a compiled policy with its
+// The policy flags (--config/--floor/--on-deny, --policy, --runtime,
+// --egress, --grant, --kind, --compose) as the compiler's inputs, each named
+// by its flag in messages; EGRESSD_PUBLIC_SUFFIX_LIST overrides the public
+// suffix list's path.
+policy::PolicyInputs ToPolicyInputs(const PolicyFlags& flags);
+
+// policy::CompileInputs(ToPolicyInputs(flags)): the compiled policy with its
 // warnings, or every problem at once (nothing is applied).
 absl::StatusOr<policy::CompiledPolicy> CompileFlags(const PolicyFlags& flags);
 

@@ -65,31 +65,14 @@ void AppendName(std::string& out, std::string_view tag, const std::string& s) {
 
 }  // namespace
 
-std::string_view ToString(Verdict v) {
-  switch (v) {
-    case Verdict::kDeny:
-      return "deny";
-    case Verdict::kAllow:
-      return "allow";
-  }
-  return "unknown";
-}
+std::string_view ToString(Verdict v) { return kVerdictNames.Name(v); }
 
-std::string_view ToString(DenyAction a) {
-  switch (a) {
-    case DenyAction::kReject:
-      return "reject";
-    case DenyAction::kDrop:
-      return "drop";
-  }
-  return "unknown";
-}
+std::string_view ToString(DenyAction a) { return kDenyActionNames.Name(a); }
 
 absl::StatusOr<DenyAction> ParseDenyAction(std::string_view text) {
-  if (text == "reject") return DenyAction::kReject;
-  if (text == "drop") return DenyAction::kDrop;
+  if (auto a = kDenyActionNames.Find(text)) return *a;
   return absl::InvalidArgumentError("invalid deny action " + net::Quote(text) +
-                                    "; valid: \"reject\", \"drop\"");
+                                    "; valid: " + kDenyActionNames.Join("\"", "\"", ", "));
 }
 
 std::string ToString(const PortRange& r) {
@@ -126,32 +109,6 @@ uint64_t CompiledPolicy::ContentHash() const {
     AppendName(s, "wildcard", w);
   }
   return Fnv1a(s);
-}
-
-nlohmann::json CompiledPolicy::ToJson() const {
-  nlohmann::json j;
-  j["default"] = std::string(ToString(default_verdict));
-  j["on_deny"] = std::string(ToString(deny_action));
-  j["protected"] = nlohmann::json::array();
-  for (const ProtectedCidr& p : protected_cidrs) {
-    j["protected"].push_back({{"cidr", p.cidr.ToString()}, {"source", p.source}});
-  }
-  j["allowed"] = nlohmann::json::array();
-  for (const AllowedCidr& a : allowed) {
-    nlohmann::json ports = nlohmann::json::array();
-    for (const PortRange& r : a.ports) ports.push_back(ToString(r));
-    j["allowed"].push_back(
-        {{"cidr", a.cidr.ToString()}, {"ports", ports}, {"source", a.source}});
-  }
-  j["names"] = nlohmann::json::array();
-  for (const NameRule& n : names) {
-    j["names"].push_back({{"name", n.name}, {"source", n.source}});
-  }
-  j["wildcards"] = nlohmann::json::array();
-  for (const NameRule& w : wildcard_suffixes) {
-    j["wildcards"].push_back({{"wildcard", "*." + w.name}, {"source", w.source}});
-  }
-  return j;
 }
 
 std::string CompiledPolicy::ToText() const {

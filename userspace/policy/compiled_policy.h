@@ -12,13 +12,25 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nlohmann/json.hpp"
+#include "userspace/common/enum_names.h"
 #include "userspace/net/ip.h"
 
 namespace egressd::policy {
 
 enum class Verdict { kDeny, kAllow };
 enum class DenyAction { kReject, kDrop };
+
+inline constexpr EnumNames<Verdict, 2> kVerdictNames{{{
+    {Verdict::kDeny, "deny"},
+    {Verdict::kAllow, "allow"},
+}}};
+static_assert(kVerdictNames.Unique());
+
+inline constexpr EnumNames<DenyAction, 2> kDenyActionNames{{{
+    {DenyAction::kReject, "reject"},
+    {DenyAction::kDrop, "drop"},
+}}};
+static_assert(kDenyActionNames.Unique());
 
 // Inclusive, host order (as in struct egr_port_range).
 struct PortRange {
@@ -78,11 +90,7 @@ struct CompiledPolicy {
   // ignored because they explain an entry without changing what it allows;
   // list order is ignored because no consumer depends on it.
   uint64_t ContentHash() const;
-  // {"default","on_deny","protected":[{"cidr","source"}],
-  //  "allowed":[{"cidr","ports":["443","8000-8100"],"source"}],
-  //  "names":[{"name","source"}],"wildcards":[{"wildcard":"*.x","source"}]}
-  nlohmann::json ToJson() const;
-  // One entry a line, for operators.
+  // One entry a line, for operators.  (JSON: compiled_policy_json.h.)
   std::string ToText() const;
 
   bool operator==(const CompiledPolicy&) const = default;
@@ -90,7 +98,7 @@ struct CompiledPolicy {
 
 std::string_view ToString(Verdict v);
 std::string_view ToString(DenyAction a);
-// "reject" | "drop".
+// A name of kDenyActionNames, or an error naming the value and the valid ones.
 absl::StatusOr<DenyAction> ParseDenyAction(std::string_view text);
 
 // "443" or "8000-8100".

@@ -83,24 +83,12 @@ std::string NamesWarning(const CompiledPolicy& p) {
 }  // namespace
 
 absl::StatusOr<WorkloadKind> ParseWorkloadKind(std::string_view text) {
-  if (text == "agent") return WorkloadKind::kAgent;
-  if (text == "task") return WorkloadKind::kTask;
-  if (text == "runtime") return WorkloadKind::kRuntime;
+  if (auto k = kWorkloadKindNames.Find(text)) return *k;
   return absl::InvalidArgumentError("invalid workload kind " + net::Quote(text) +
-                                    "; valid: \"agent\", \"task\", \"runtime\"");
+                                    "; valid: " + kWorkloadKindNames.Join("\"", "\"", ", "));
 }
 
-std::string_view ToString(WorkloadKind kind) {
-  switch (kind) {
-    case WorkloadKind::kAgent:
-      return "agent";
-    case WorkloadKind::kTask:
-      return "task";
-    case WorkloadKind::kRuntime:
-      return "runtime";
-  }
-  return "unknown";
-}
+std::string_view ToString(WorkloadKind kind) { return kWorkloadKindNames.Name(kind); }
 
 absl::StatusOr<Grant> ParseGrant(std::string_view text) {
   const std::string head = std::string(kGrant) + " " + net::Quote(text) + ": ";

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "userspace/common/enum_names.h"
 #include "userspace/policy/compiled_policy.h"
 #include "userspace/policy/declarations.h"
 #include "userspace/policy/deployment_config.h"
@@ -27,7 +28,15 @@ namespace egressd::policy {
 // task: an evaluation's task environment; runtime: an interactive runtime.
 enum class WorkloadKind { kAgent, kTask, kRuntime };
 
-// "agent" | "task" | "runtime".
+inline constexpr EnumNames<WorkloadKind, 3> kWorkloadKindNames{{{
+    {WorkloadKind::kAgent, "agent"},
+    {WorkloadKind::kTask, "task"},
+    {WorkloadKind::kRuntime, "runtime"},
+}}};
+static_assert(kWorkloadKindNames.Unique());
+
+// A name of kWorkloadKindNames, or an error naming the value and the valid
+// ones.
 absl::StatusOr<WorkloadKind> ParseWorkloadKind(std::string_view text);
 std::string_view ToString(WorkloadKind kind);
 
@@ -60,7 +69,7 @@ struct SandboxInputs {
 };
 
 struct CompileOptions {
-  const PublicSuffixList* public_suffixes = nullptr;  // null: no PSL warnings
+  const PublicSuffixes* public_suffixes = nullptr;  // null: no PSL warnings
   // Until the DNS proxy lands nothing resolves names for the kernel, so a
   // deny-by-default sandbox that names hosts reaches none of them: say so.
   bool names_enforced = false;

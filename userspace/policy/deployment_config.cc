@@ -169,7 +169,7 @@ DeploymentConfig DeploymentForFloor(Floor floor, DenyAction action) {
 }
 
 absl::StatusOr<DeploymentConfig> ParseDeploymentConfig(
-    std::string_view text, std::string_view file, const PublicSuffixList* psl) {
+    std::string_view text, std::string_view file, const PublicSuffixes* psl) {
   std::vector<std::string> errors;
   yaml::Walker w(std::string(kOrigin), &errors);
   auto doc = w.Load(text, file);

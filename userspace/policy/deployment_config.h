@@ -62,7 +62,7 @@ inline DeploymentConfig DefaultDeployment() {
 // "deployment setting ", in one InvalidArgumentError.  `file` names the
 // input in syntax errors; `psl` (may be null) flags public-suffix wildcards.
 absl::StatusOr<DeploymentConfig> ParseDeploymentConfig(
-    std::string_view yaml, std::string_view file, const PublicSuffixList* psl);
+    std::string_view yaml, std::string_view file, const PublicSuffixes* psl);
 
 }  // namespace egressd::policy
 

@@ -101,25 +101,12 @@ std::optional<FloorConflict> CheckFloor(const net::Cidr& c,
 }
 
 absl::StatusOr<Floor> ParseFloor(std::string_view text) {
-  if (text == "connected") return Floor::kConnected;
-  if (text == "airgapped") return Floor::kAirgapped;
-  if (text == "hosted") return Floor::kHosted;
-  return absl::InvalidArgumentError(
-      "invalid floor " + net::Quote(text) +
-      "; valid: \"connected\", \"airgapped\", \"hosted\"");
+  if (auto f = kFloorNames.Find(text)) return *f;
+  return absl::InvalidArgumentError("invalid floor " + net::Quote(text) +
+                                    "; valid: " + kFloorNames.Join("\"", "\"", ", "));
 }
 
-std::string_view ToString(Floor floor) {
-  switch (floor) {
-    case Floor::kConnected:
-      return "connected";
-    case Floor::kAirgapped:
-      return "airgapped";
-    case Floor::kHosted:
-      return "hosted";
-  }
-  return "unknown";
-}
+std::string_view ToString(Floor floor) { return kFloorNames.Name(floor); }
 
 Verdict FloorDefault(Floor floor) {
   return floor == Floor::kAirgapped ? Verdict::kDeny : Verdict::kAllow;

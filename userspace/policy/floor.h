@@ -7,13 +7,21 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "userspace/common/enum_names.h"
 #include "userspace/policy/compiled_policy.h"
 
 namespace egressd::policy {
 
 enum class Floor { kConnected, kAirgapped, kHosted };
 
-// "connected" | "airgapped" | "hosted".
+inline constexpr EnumNames<Floor, 3> kFloorNames{{{
+    {Floor::kConnected, "connected"},
+    {Floor::kAirgapped, "airgapped"},
+    {Floor::kHosted, "hosted"},
+}}};
+static_assert(kFloorNames.Unique());
+
+// A name of kFloorNames, or an error naming the value and the valid ones.
 absl::StatusOr<Floor> ParseFloor(std::string_view text);
 std::string_view ToString(Floor floor);
 

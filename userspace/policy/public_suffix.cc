@@ -53,4 +53,22 @@ bool PublicSuffixList::IsPublicSuffix(std::string_view name) const {
   return dot != absl::string_view::npos && wildcard_.contains(n.substr(dot + 1));
 }
 
+const PublicSuffixList* LazyPublicSuffixList::Get() const {
+  std::call_once(once_, [this] {
+    auto psl = PublicSuffixList::Load(path_);
+    if (psl.ok()) list_ = *std::move(psl);
+    read_ = true;  // after list_, so unreadable() never sees a half state
+  });
+  return list_ ? &*list_ : nullptr;
+}
+
+bool LazyPublicSuffixList::IsPublicSuffix(std::string_view name) const {
+  const PublicSuffixList* psl = Get();
+  return psl != nullptr && psl->IsPublicSuffix(name);
+}
+
+bool LazyPublicSuffixList::was_read() const { return read_; }
+
+bool LazyPublicSuffixList::unreadable() const { return read_ && !list_; }
+
 }  // namespace egressd::policy

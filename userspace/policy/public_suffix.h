@@ -5,6 +5,9 @@
 #ifndef EGRESSD_USERSPACE_POLICY_PUBLIC_SUFFIX_H_
 #define EGRESSD_USERSPACE_POLICY_PUBLIC_SUFFIX_H_
 
+#include <atomic>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -13,7 +16,15 @@
 
 namespace egressd::policy {
 
-class PublicSuffixList {
+// What the compiler asks of a public suffix list.
+class PublicSuffixes {
+ public:
+  virtual ~PublicSuffixes() = default;
+  // Whether canonical `name` is itself a public suffix.
+  virtual bool IsPublicSuffix(std::string_view name) const = 0;
+};
+
+class PublicSuffixList : public PublicSuffixes {
  public:
   static constexpr std::string_view kDebianPath =
       "/usr/share/publicsuffix/public_suffix_list.dat";
@@ -31,13 +42,39 @@ class PublicSuffixList {
   // Whether canonical `name` is itself a public suffix: "co.uk",
   // "github.io", and with the rule "*.ck" any "x.ck" except an exception
   // such as "www.ck".
-  bool IsPublicSuffix(std::string_view name) const;
+  bool IsPublicSuffix(std::string_view name) const override;
   size_t size() const { return exact_.size() + wildcard_.size(); }
 
  private:
   absl::flat_hash_set<std::string> exact_;
   absl::flat_hash_set<std::string> wildcard_;   // "ck" for "*.ck"
   absl::flat_hash_set<std::string> exception_;  // "www.ck" for "!www.ck"
+};
+
+// The list in a file, read on the first question and never again: most
+// policies have no wildcard, and the list is 230 KB to parse.  An unreadable
+// file answers "not a public suffix" (the list only ever adds a warning).
+class LazyPublicSuffixList : public PublicSuffixes {
+ public:
+  explicit LazyPublicSuffixList(std::string path) : path_(std::move(path)) {}
+  LazyPublicSuffixList(const LazyPublicSuffixList&) = delete;
+  LazyPublicSuffixList& operator=(const LazyPublicSuffixList&) = delete;
+
+  bool IsPublicSuffix(std::string_view name) const override;
+
+  const std::string& path() const { return path_; }
+  // Whether a question made it read the file.
+  bool was_read() const;
+  // Whether it was read and could not be (so nothing was flagged).
+  bool unreadable() const;
+
+ private:
+  const PublicSuffixList* Get() const;
+
+  std::string path_;
+  mutable std::once_flag once_;
+  mutable std::optional<PublicSuffixList> list_;  // set once; nullopt: unreadable
+  mutable std::atomic<bool> read_ = false;
 };
 
 }  // namespace egressd::policy

@@ -35,7 +35,7 @@ enum class SingleLabel {
 
 struct ReachContext {
   const std::vector<ProtectedCidr>* protected_cidrs = nullptr;
-  const PublicSuffixList* public_suffixes = nullptr;  // may be null
+  const PublicSuffixes* public_suffixes = nullptr;  // may be null
   bool airgapped = false;
   std::vector<std::string>* errors = nullptr;
   std::vector<std::string>* warnings = nullptr;

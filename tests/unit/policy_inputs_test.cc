@@ -1,0 +1,198 @@
+// CompileInputs: the inputs as a caller has them (files or texts, strings for
+// the floor, kind and deny action) to the compiled policy, and the public
+// suffix list read only when a wildcard needs it.
+#include "userspace/policy/policy_inputs.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace egressd::policy {
+namespace {
+
+constexpr char kPsl[] = EGR_TESTDATA "/public_suffix_list.dat";
+constexpr char kTask[] = "egress:\n  allow: [192.0.2.1, api.example.com, '*.github.io']\n";
+
+class ScratchDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/egr-policy-inputs-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  std::string dir_;
+};
+
+using PolicyInputsTest = ScratchDir;
+
+// Counts the compiler's questions, to show when it needs the list at all.
+class CountingSuffixes : public PublicSuffixes {
+ public:
+  bool IsPublicSuffix(std::string_view name) const override {
+    ++asked;
+    return name == "github.io";
+  }
+  mutable int asked = 0;
+};
+
+TEST_F(PolicyInputsTest, InlineTextCompilesLikeTheSameFile) {
+  PolicyInputs from_file;
+  from_file.task = InputText::File(Write("task.yaml", kTask));
+  from_file.public_suffix_path = kPsl;
+  PolicyInputs inline_text;
+  inline_text.task = InputText::Inline("task.yaml", kTask);
+  inline_text.public_suffix_path = kPsl;
+
+  auto a = CompileInputs(from_file);
+  auto b = CompileInputs(inline_text);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*a, *b);
+  EXPECT_EQ(a->default_verdict, Verdict::kDeny);
+  ASSERT_EQ(a->allowed.size(), 1u);
+  EXPECT_EQ(a->allowed[0].cidr.ToString(), "192.0.2.1/32");
+  // The fixture lists github.io: the wildcard over it is flagged.
+  bool flagged = false;
+  for (const std::string& w : a->warnings) flagged |= w.find("public suffix \"github.io\"") != std::string::npos;
+  EXPECT_TRUE(flagged);
+}
+
+TEST_F(PolicyInputsTest, SyntaxErrorsNameTheInlineTextByItsName) {
+  PolicyInputs in;
+  in.task = InputText::Inline("request.task", "egress: [\n");
+  auto p = CompileInputs(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(p.status().message()).find("request.task"), std::string::npos) << p.status();
+}
+
+TEST(PolicyInputs, EveryProblemAtOnceUnderTheCallersLabels) {
+  PolicyInputs in;
+  in.labels.floor = "field floor";
+  in.labels.on_deny = "field onDeny";
+  in.labels.kind = "field kind";
+  in.labels.config = "field config";
+  in.labels.task = "field task";
+  in.config = InputText::File("/nonexistent/egressd.yaml");
+  in.floor = "open";
+  in.on_deny = "maybe";
+  in.kind = "Agent";
+  in.task = InputText::File("/nonexistent/task.yaml");
+  in.grants = {"192.0.2.1"};
+  in.run_targets = {"10.0.0.0/33"};
+  auto p = CompileInputs(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.status().message(),
+            "field floor invalid floor \"open\"; valid: \"connected\", \"airgapped\", \"hosted\"\n"
+            "field onDeny invalid deny action \"maybe\"; valid: \"reject\", \"drop\"\n"
+            "field floor \"open\": the deployment config sets the floor (airgapped, hostedEdge, "
+            "protected); use one of field floor and field config\n"
+            "field config \"/nonexistent/egressd.yaml\": cannot be read\n"
+            "field task \"/nonexistent/task.yaml\": cannot be read\n"
+            "field kind invalid workload kind \"Agent\"; valid: \"agent\", \"task\", \"runtime\"\n"
+            "orchestrator grant \"192.0.2.1\": expected ADDRESS:PORTS (a grant names its ports)\n"
+            "run --egress \"10.0.0.0/33\": has prefix length 33; expected 0-32 for IPv4");
+}
+
+TEST(PolicyInputs, FloorKindAndDenyActionFromStrings) {
+  PolicyInputs in;
+  in.floor = "airgapped";
+  in.on_deny = "drop";
+  in.kind = "agent";
+  in.grants = {"192.0.2.9:8080,8443"};
+  auto p = CompileInputs(in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->default_verdict, Verdict::kDeny);
+  EXPECT_EQ(p->deny_action, DenyAction::kDrop);
+  ASSERT_EQ(p->allowed.size(), 1u);
+  EXPECT_EQ(p->allowed[0].ports, (std::vector<PortRange>{{8080, 8080}, {8443, 8443}}));
+  EXPECT_EQ(p->protected_cidrs.front().source, "floor airgapped");
+}
+
+TEST(PolicyInputs, ARuntimeDeclarationMakesARuntimeSandboxUnlessAKindIsGiven) {
+  PolicyInputs in;
+  in.runtime = InputText::Inline("runtime.yaml", "sandbox: {egress: {allow: [192.0.2.7]}}\n");
+  EXPECT_TRUE(CompileInputs(in).ok());
+  in.kind = "task";
+  auto p = CompileInputs(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(std::string(p.status().message()).find("not this task sandbox"), std::string::npos)
+      << p.status();
+}
+
+TEST(PolicyInputs, TheSuffixListIsAskedOnlyAboutWildcards) {
+  CountingSuffixes psl;
+  PolicyInputs in;
+  in.public_suffixes = &psl;
+  in.run_targets = {"192.0.2.1", "api.example.com", "2001:db8::/32"};
+  ASSERT_TRUE(CompileInputs(in).ok());
+  EXPECT_EQ(psl.asked, 0);
+
+  in.run_targets.push_back("*.github.io");
+  auto p = CompileInputs(in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(psl.asked, 1);
+  bool flagged = false;
+  for (const std::string& w : p->warnings) flagged |= w.find("public suffix \"github.io\"") != std::string::npos;
+  EXPECT_TRUE(flagged);
+}
+
+TEST(PolicyInputs, AnUnreadableSuffixListIsAWarningOnlyWhenAWildcardNeedsIt) {
+  PolicyInputs in;
+  in.public_suffix_path = "/nonexistent/psl.dat";
+  in.run_targets = {"192.0.2.1"};
+  auto p = CompileInputs(in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->warnings.empty());
+
+  in.run_targets = {"*.example.com"};
+  p = CompileInputs(in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->warnings.size(), 2u);  // this, and that names are not enforced yet
+  EXPECT_EQ(p->warnings[1],
+            "the public suffix list \"/nonexistent/psl.dat\" cannot be read (Debian package "
+            "publicsuffix); wildcards over public suffixes are not flagged");
+}
+
+using LazySuffixListTest = ScratchDir;
+
+TEST_F(LazySuffixListTest, ReadsTheFileOnTheFirstQuestionAndNeverAgain) {
+  const std::string path = Write("psl.dat", "io\n");
+  LazyPublicSuffixList psl(path);
+  EXPECT_FALSE(psl.was_read());
+  // Rewritten before the first question: the answer is the new text, so
+  // constructing the list did not read it.
+  Write("psl.dat", "io\ngithub.io\n");
+  EXPECT_TRUE(psl.IsPublicSuffix("github.io"));
+  EXPECT_TRUE(psl.was_read());
+  EXPECT_FALSE(psl.unreadable());
+  // Removed after it: answered from what was read.
+  std::filesystem::remove(path);
+  EXPECT_TRUE(psl.IsPublicSuffix("github.io"));
+  EXPECT_FALSE(psl.IsPublicSuffix("example.io"));
+  EXPECT_FALSE(psl.unreadable());
+}
+
+TEST(LazySuffixList, UnreadableAnswersNoAndSaysSo) {
+  LazyPublicSuffixList psl("/nonexistent/psl.dat");
+  EXPECT_FALSE(psl.unreadable());  // not asked yet
+  EXPECT_FALSE(psl.IsPublicSuffix("github.io"));
+  EXPECT_TRUE(psl.unreadable());
+}
+
+}  // namespace
+}  // namespace egressd::policy
