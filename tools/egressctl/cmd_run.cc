@@ -17,7 +17,7 @@
 #include "maps/lpm_keys.h"
 #include "userspace/common/fault.h"
 #include "tools/egressctl/commands.h"
-#include "tools/egressctl/isolation.h"
+#include "userspace/sandbox/isolation.h"
 #include "tools/egressctl/policy_flags.h"
 #include "userspace/control/cgroup_tree.h"
 #include "userspace/control/registry.h"
@@ -25,7 +25,7 @@
 namespace egressd::cli {
 namespace {
 
-absl::Status ResolveUser(const std::string& user, run::IsolationSpec& spec) {
+absl::Status ResolveUser(const std::string& user, sandbox::IsolationSpec& spec) {
   if (user.empty()) return absl::OkStatus();
   const passwd* pw = nullptr;
   uint32_t uid = 0;
@@ -61,7 +61,7 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const std::string& user
   auto policy = CompileFlags(flags);
   if (!policy.ok()) return Report(policy.status());
   PrintWarnings(*policy);
-  run::IsolationSpec spec;
+  sandbox::IsolationSpec spec;
   spec.argv = command;
   if (auto s = ResolveUser(user, spec); !s.ok()) return Report(s);
 
@@ -70,7 +70,7 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const std::string& user
   if (auto s = EnsureLoaded(paths); !s.ok()) return Report(s);
   // From here until the command runs, a signal must not end egressctl with
   // its sandbox registered: it is held, then forwarded to the command.
-  run::DeferSignals deferred;
+  sandbox::DeferSignals deferred;
   auto cg2 = FindCgroup2Mount();
   if (!cg2.ok()) return Report(cg2.status());
   uint32_t nonce = 0;
@@ -90,7 +90,7 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const std::string& user
   spdlog::info("sandbox {} (cgroup id {}) registered; running {}", spec.cgroup_dir, *id, command[0]);
   CrashPoint("run:registered");
 
-  auto code = run::RunIsolated(spec);
+  auto code = sandbox::RunIsolated(spec);
 
   // Kill whatever the command left behind before its policy goes away.
   absl::Status cleanup = control::KillAndRemoveCgroup(spec.cgroup_dir);

@@ -1,4 +1,4 @@
-#include "tools/egressctl/isolation.h"
+#include "userspace/sandbox/isolation.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -19,7 +19,7 @@
 #include "absl/strings/match.h"
 #include "userspace/common/errors.h"
 
-namespace egressd::run {
+namespace egressd::sandbox {
 namespace {
 
 constexpr int kSetupFailed = 125;  // like env(1)/chroot(1): the wrapper failed
@@ -205,4 +205,4 @@ absl::StatusOr<int> RunIsolated(const IsolationSpec& spec) {
   return code;
 }
 
-}  // namespace egressd::run
+}  // namespace egressd::sandbox

@@ -1,10 +1,11 @@
-// What `egressctl run` does to the command it runs, so that code in the
-// sandbox, even as root, cannot undo its own enforcement: it starts in its
-// sandbox cgroup, in new cgroup, mount and PID namespaces where the cgroup
-// tree is only its own subtree, bpffs and egressd's runtime directory are
-// empty tmpfs, other processes are invisible, and the capabilities that could
-// reach the node's BPF or network configuration are gone from the bounding
-// set (CAP_NET_RAW stays: raw sockets are judged by the skb backstop).
+// How egressd starts a command in its sandbox (`egressctl run` today, the
+// daemon later), so that code in the sandbox, even as root, cannot undo its
+// own enforcement: it starts in its sandbox cgroup, in new cgroup, mount and
+// PID namespaces where the cgroup tree is only its own subtree, bpffs and
+// egressd's runtime directory are empty tmpfs, other processes are
+// invisible, and the capabilities that could reach the node's BPF or network
+// configuration are gone from the bounding set (CAP_NET_RAW stays: raw
+// sockets are judged by the skb backstop).
 #pragma once
 
 #include <signal.h>
@@ -16,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace egressd::run {
+namespace egressd::sandbox {
 
 struct IsolationSpec {
   std::string cgroup_dir;                 // the sandbox cgroup (absolute)
@@ -50,4 +51,4 @@ absl::StatusOr<int> RunIsolated(const IsolationSpec& spec);
 // Capabilities removed from the command's bounding set.
 const std::vector<int>& DroppedCapabilities();
 
-}  // namespace egressd::run
+}  // namespace egressd::sandbox
