@@ -1,12 +1,13 @@
-// "A declaration of 100,000 CIDRs compiles ... in well under a second": the
-// compiler's share of that budget, measured (loading into the maps is the
-// privileged scale test's).
+// A declaration of 100,000 CIDRs compiles whole and correctly, from the
+// compiler's inputs and from task.yaml text.  How fast is bench/'s question
+// (build/bench/policy_bench), not a pass/fail here: a loaded CI host would
+// fail a wall-clock bound without any change in egressd.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cstdio>
+#include <algorithm>
 #include <string>
 
+#include "bench/scale_inputs.h"
 #include "userspace/policy/compiler.h"
 #include "userspace/policy/declarations.h"
 #include "userspace/policy/deployment_config.h"
@@ -14,72 +15,51 @@
 namespace egressd::policy {
 namespace {
 
-constexpr int kCidrs = 100'000;
+using bench::CidrText;
+using bench::kScaleCidrs;
 
-// Distinct prefixes of mixed lengths and both families, none protected.
-std::string CidrText(int i) {
-  const int a = 11 + i / 65536, b = (i / 256) % 256, c = i % 256;
-  switch (i % 4) {
-    case 0:
-      return std::to_string(a) + "." + std::to_string(b) + "." + std::to_string(c) + ".0/24";
-    case 1:
-      return std::to_string(a) + "." + std::to_string(b) + "." + std::to_string(c) + ".7";
-    case 2: {
-      char buf[64];
-      std::snprintf(buf, sizeof(buf), "2001:db8:%x:%x::/64", i / 65536, i % 65536);
-      return buf;
-    }
-    default: {
-      char buf[64];
-      std::snprintf(buf, sizeof(buf), "2001:db8:%x:%x::1", i / 65536, i % 65536);
-      return buf;
-    }
+// Every declared prefix is allowed once, on every port, the list sorted and
+// unique (what the maps and the hash rely on).
+void ExpectAllDeclared(const CompiledPolicy& p) {
+  EXPECT_EQ(p.default_verdict, Verdict::kDeny);
+  ASSERT_EQ(p.allowed.size(), static_cast<size_t>(kScaleCidrs));
+  EXPECT_TRUE(std::is_sorted(p.allowed.begin(), p.allowed.end(),
+                             [](const AllowedCidr& a, const AllowedCidr& b) { return a.cidr < b.cidr; }));
+  EXPECT_EQ(std::adjacent_find(p.allowed.begin(), p.allowed.end(),
+                               [](const AllowedCidr& a, const AllowedCidr& b) { return a.cidr == b.cidr; }),
+            p.allowed.end());
+  for (int i : {0, 1, 2, 3, kScaleCidrs / 2, kScaleCidrs - 1}) {
+    const net::Cidr want = *net::Cidr::Parse(CidrText(i));
+    auto it = std::lower_bound(p.allowed.begin(), p.allowed.end(), want,
+                               [](const AllowedCidr& a, const net::Cidr& c) { return a.cidr < c; });
+    ASSERT_TRUE(it != p.allowed.end() && it->cidr == want) << CidrText(i);
+    EXPECT_TRUE(it->ports.empty()) << CidrText(i);
   }
 }
 
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
-
-TEST(Scale, HundredThousandCidrsCompileInWellUnderASecond) {
+TEST(Scale, HundredThousandCidrsCompile) {
   SandboxInputs in;
   in.task = Declaration{};
-  in.task->allow.reserve(kCidrs);
-  for (int i = 0; i < kCidrs; ++i) {
+  in.task->allow.reserve(kScaleCidrs);
+  for (int i = 0; i < kScaleCidrs; ++i) {
     in.task->allow.push_back({CidrText(i), "egress.allow[" + std::to_string(i) + "]"});
   }
-  const auto t0 = std::chrono::steady_clock::now();
   auto p = Compile(DefaultDeployment(), in);
-  const double s = Seconds(t0);
   ASSERT_TRUE(p.ok()) << p.status();
-  std::printf("[ figure ] %d CIDRs compiled in %.3f s\n", kCidrs, s);
-  EXPECT_EQ(p->allowed.size(), static_cast<size_t>(kCidrs));
-  EXPECT_EQ(p->default_verdict, Verdict::kDeny);
-  EXPECT_LT(s, 1.0);
+  ExpectAllDeclared(*p);
 }
 
-// The same declaration as task.yaml text, parsed and compiled.
-TEST(Scale, HundredThousandCidrsFromYamlInWellUnderASecond) {
-  std::string yaml = "egress:\n  allow:\n";
-  for (int i = 0; i < kCidrs; ++i) yaml += "    - " + CidrText(i) + "\n";
-  const auto t0 = std::chrono::steady_clock::now();
-  auto d = ParseTaskDeclaration(yaml, "task.yaml");
-  const double parse_s = Seconds(t0);
+TEST(Scale, HundredThousandCidrsFromYaml) {
+  auto d = ParseTaskDeclaration(bench::TaskYaml(kScaleCidrs), "task.yaml");
   ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_TRUE(d->has_value());
+  ASSERT_EQ((*d)->allow.size(), static_cast<size_t>(kScaleCidrs));
+  EXPECT_EQ((*d)->allow[kScaleCidrs - 1].where, "egress.allow[" + std::to_string(kScaleCidrs - 1) + "]");
   SandboxInputs in;
   in.task = **d;
-  const auto t1 = std::chrono::steady_clock::now();
   auto p = Compile(DefaultDeployment(), in);
-  const double compile_s = Seconds(t1);
   ASSERT_TRUE(p.ok()) << p.status();
-  std::printf("[ figure ] %d CIDRs from %zu bytes of YAML: parsed in %.3f s, compiled in %.3f s\n",
-              kCidrs, yaml.size(), parse_s, compile_s);
-  EXPECT_EQ(p->allowed.size(), static_cast<size_t>(kCidrs));
-#ifdef NDEBUG
-  // yaml-cpp's scanner is most of this (about 0.2 s of it on the CI host);
-  // unoptimized builds are slower than the budget is meant for.
-  EXPECT_LT(parse_s + compile_s, 1.0);
-#endif
+  ExpectAllDeclared(*p);
 }
 
 }  // namespace
