@@ -10,10 +10,11 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 ./scripts/install-deps.sh
 ./scripts/build.sh
-# libFuzzer needs clang: a second build tree holding the fuzz target only; its
-# ctest (label fuzz) runs the policy parser fuzzer for 20 s on the seed corpus.
+# libFuzzer needs clang: a second build tree holding the fuzz targets only; its
+# ctest (label fuzz) runs each fuzzer (the policy parsers, the port folding)
+# for 20 s on its seed corpus.
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
-cmake --build build-fuzz --target policy_fuzz
+cmake --build build-fuzz --target policy_fuzz allow_entries_fuzz
 (cd build-fuzz && ctest -L fuzz --output-on-failure)
 export REQUIRE_BPF=1
 cd "${BUILD_DIR:-build}"
