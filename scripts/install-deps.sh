@@ -3,15 +3,20 @@
 # Idempotent: a second run installs nothing and takes a second.
 set -euo pipefail
 
+# Only what the build and the tests use; vmtests/run.sh installs its own
+# (qemu, busybox, nftables, dnsmasq...).
 packages=(
-  # build
-  cmake ninja-build g++ clang llvm pkg-config make
+  # build: clang compiles the BPF programs, make runs Makefile.bpf, bpftool
+  # makes their skeletons
+  cmake ninja-build g++ clang pkg-config make
   libbpf-dev bpftool linux-libc-dev
-  libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-  libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libc-ares-dev liburing-dev
+  # libbpf's pkg-config file requires these two
   libelf-dev zlib1g-dev
-  # lab and tests
-  iproute2 nftables dnsmasq-base util-linux procps iputils-ping tcpdump
+  libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libcli11-dev nlohmann-json3-dev
+  # the lab's probe (io_uring connect)
+  liburing-dev
+  # the lab: ip (netns, veth), setpriv (the hostile sandbox's bounded capabilities)
+  iproute2 util-linux
   # policy compiler: YAML, IDN, the public suffix list (read at run time);
   # libFuzzer for tests/fuzz (only Recommended by clang, so not pulled in)
   libyaml-dev libidn2-dev publicsuffix libclang-rt-14-dev
