@@ -6,6 +6,8 @@
 //    control characters (a hostile value cannot forge log lines);
 //  - an accepted name is canonical (canonicalizing it again changes nothing),
 //    an accepted CIDR round-trips through its text;
+//  - CompileInputs (the inputs as a request would give them) keeps the same
+//    promises;
 //  - nothing compiled allows an address the floor protects, and the lists
 //    the kernel and the DNS proxy read are sorted and unique.
 #include <cstddef>
@@ -22,6 +24,7 @@
 #include "userspace/policy/deployment_config.h"
 #include "userspace/policy/floor.h"
 #include "userspace/policy/names.h"
+#include "userspace/policy/policy_inputs.h"
 #include "userspace/policy/public_suffix.h"
 #include "userspace/policy/targets.h"
 #include "userspace/policy/urls.h"
@@ -167,5 +170,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const DeploymentConfig& d : deployments) {
     CheckPolicy(Compile(d, run, {.public_suffixes = &Psl()}));
   }
+
+  // All of it through CompileInputs, as the daemon will pass a request: the
+  // input inline as task.yaml, its lines as run targets, and a floor, kind
+  // and deny action picked by the input's size (or, for an input starting
+  // with '#', its first line as all three).
+  PolicyInputs whole;
+  whole.task = InputText::Inline("fuzz.yaml", std::string(input));
+  whole.run_targets = run.run_targets;
+  whole.public_suffixes = &Psl();
+  if (input.starts_with('#')) {
+    const std::string first(input.substr(0, input.find('\n')));
+    whole.floor = whole.kind = whole.on_deny = first;
+  } else {
+    whole.floor = std::string(kFloorNames.rows[size % kFloorNames.rows.size()].name);
+    whole.kind = std::string(kWorkloadKindNames.rows[size / 3 % 2].name);  // agent or task
+    whole.on_deny = std::string(kDenyActionNames.rows[size / 6 % 2].name);
+  }
+  CheckPolicy(CompileInputs(whole));
   return 0;
 }

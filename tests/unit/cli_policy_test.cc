@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "userspace/policy/compiled_policy.h"
+#include "userspace/policy/compiler.h"
+#include "userspace/policy/floor.h"
 
 namespace {
 
@@ -265,6 +268,33 @@ TEST_F(Cli, ExistingSubcommandsKeepTheirFlags) {
     for (const char* flag : {"--egress", "--floor", "--on-deny"}) {
       EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " in " << r.out;
     }
+  }
+}
+
+// The help lists each flag's values from the same table the parser reads:
+// every listed value is accepted, in the table's order.
+TEST_F(Cli, HelpListsExactlyTheValuesTheParsersAccept) {
+  Result help = Ctl({"policy", "check", "--help"});
+  ASSERT_EQ(help.code, 0);
+  const auto line_of = [&](const std::string& flag) {
+    const size_t at = help.out.find("  " + flag + " ");
+    return at == std::string::npos ? std::string() : help.out.substr(at, help.out.find('\n', at) - at);
+  };
+  EXPECT_NE(line_of("--floor").find("connected (default) | airgapped | hosted"), std::string::npos)
+      << help.out;
+  EXPECT_NE(line_of("--on-deny").find("reject (default: EPERM at once) | drop (silent)"), std::string::npos)
+      << help.out;
+  EXPECT_NE(line_of("--kind").find("agent | task (default) | runtime (default with --runtime)"),
+            std::string::npos)
+      << help.out;
+  for (const auto& row : egressd::policy::kFloorNames.rows) {
+    EXPECT_EQ(Ctl({"policy", "check", "--floor", std::string(row.name)}).code, 0) << row.name;
+  }
+  for (const auto& row : egressd::policy::kDenyActionNames.rows) {
+    EXPECT_EQ(Ctl({"policy", "check", "--on-deny", std::string(row.name)}).code, 0) << row.name;
+  }
+  for (const auto& row : egressd::policy::kWorkloadKindNames.rows) {
+    EXPECT_EQ(Ctl({"policy", "check", "--kind", std::string(row.name)}).code, 0) << row.name;
   }
 }
 
