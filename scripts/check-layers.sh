@@ -65,6 +65,13 @@ while IFS= read -r hit; do
   echo "layering: $hit links libbpf (only maps/ and loader/ call libbpf)"
   fail=1
 done < <(grep -lE 'LIBBPF' userspace/*/CMakeLists.txt tools/*/CMakeLists.txt 2>/dev/null || true)
+# The policy types do not drag nlohmann-json into every unit that includes
+# them: only the renderer (compiled_policy_json.*) includes it.
+while IFS= read -r hit; do
+  echo "layering: $hit includes nlohmann (only userspace/policy/*_json.* render JSON)"
+  fail=1
+done < <(grep -rlE '^[[:space:]]*#[[:space:]]*include[[:space:]]+[<"]nlohmann/' userspace/policy \
+           --include='*.h' --include='*.cc' 2>/dev/null | grep -vE '_json\.(h|cc)$' || true)
 
 if [[ $fail == 0 ]]; then echo "layering: ok (${#rules[@]} layers checked)"; fi
 exit $fail
