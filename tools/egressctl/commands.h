@@ -17,8 +17,8 @@ constexpr int kExitBadInput = 2;
 // The policy inputs shared by run, sandbox add and policy check/compile.
 struct PolicyFlags {
   std::vector<std::string> egress;
-  std::string floor = "connected";
-  std::string on_deny = "reject";
+  std::string floor;           // read only when floor_given
+  std::string on_deny;         // read only when on_deny_given
   bool floor_given = false;    // --floor was on the command line
   bool on_deny_given = false;  // --on-deny was on the command line
   std::string config;          // deployment config (YAML); empty: --floor
