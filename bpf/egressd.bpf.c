@@ -1,40 +1,75 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /* egressd's kernel data path: thin SEC() wrappers over bpf/lib/.  Attached at
  * the cgroup2 root with bpf_link (multi-attach), so every cgroup is seen and
- * the sandbox lookup decides what applies. */
+ * the sandbox lookup decides what applies.  bpf/lib returns decisions; each
+ * wrapper finds the sandbox, counts, and maps the decision to the return
+ * codes of its program type. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "lib/decision.h"
+#include "lib/sandbox.h"
 #include "lib/sock_addr.h"
 #include "lib/backstop.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* sock_addr: 1 lets the call proceed, 0 fails it with EPERM.  A silent drop
+ * lets it proceed: the backstop then drops every packet of the socket, which
+ * to the caller looks like an unreachable host (a timeout). */
+static __always_inline int egr_sock_addr_code(struct egr_decision d)
+{
+	return d.action == EGR_DENY_REJECT ? 0 : 1;
+}
+
+/* cgroup_skb egress: 1 passes; 0 drops and the sending call sees EPERM; 2
+ * drops and reports congestion (NET_XMIT_CN), which a sender takes as sent. */
+static __always_inline int egr_cgroup_skb_code(struct egr_decision d)
+{
+	if (d.action == EGR_PASS)
+		return 1;
+	return d.action == EGR_DENY_DROP ? 2 : 0;
+}
+
+static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int is_v4, int is_connect)
+{
+	struct egr_decision d =
+		egr_sock_addr_judge(ctx, egr_sandbox_of_current(), is_v4, is_connect);
+
+	egr_count_decision(d, is_connect ? EGR_STAT_CONNECT_ALLOW : EGR_STAT_SENDMSG_ALLOW,
+			   is_connect ? EGR_STAT_CONNECT_DENY : EGR_STAT_SENDMSG_DENY);
+	return egr_sock_addr_code(d);
+}
+
 SEC("cgroup/connect4")
 int egr_connect4(struct bpf_sock_addr *ctx)
 {
-	return egr_sock_addr_decide(ctx, 1, 1);
+	return egr_sock_addr(ctx, 1, 1);
 }
 
 SEC("cgroup/connect6")
 int egr_connect6(struct bpf_sock_addr *ctx)
 {
-	return egr_sock_addr_decide(ctx, 0, 1);
+	return egr_sock_addr(ctx, 0, 1);
 }
 
 SEC("cgroup/sendmsg4")
 int egr_sendmsg4(struct bpf_sock_addr *ctx)
 {
-	return egr_sock_addr_decide(ctx, 1, 0);
+	return egr_sock_addr(ctx, 1, 0);
 }
 
 SEC("cgroup/sendmsg6")
 int egr_sendmsg6(struct bpf_sock_addr *ctx)
 {
-	return egr_sock_addr_decide(ctx, 0, 0);
+	return egr_sock_addr(ctx, 0, 0);
 }
 
+/* The network header starts the skb: cgroup_skb runs at L3. */
 SEC("cgroup_skb/egress")
 int egr_skb_egress(struct __sk_buff *skb)
 {
-	return egr_backstop(skb);
+	struct egr_decision d = egr_backstop_judge(skb, 0, egr_sandbox_of_skb(skb));
+
+	egr_count_decision(d, EGR_STAT_SKB_PASS, EGR_STAT_SKB_DROP);
+	return egr_cgroup_skb_code(d);
 }

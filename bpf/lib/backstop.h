@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
-/* The cgroup_skb/egress backstop: every packet a sandbox sends is judged by
+/* The backstop: every packet a sandbox sends is judged by
  * its real header destination (and every routing-header hop), so raw
  * sockets, ICMP, SCTP and source routing cannot reach what connect() would
  * have refused.  Packets of connections connect() allowed are recognised by
@@ -12,18 +12,14 @@
 #include "lib/maps.h"
 #include "lib/addr.h"
 #include "lib/packet.h"
-#include "lib/sandbox.h"
+#include "lib/decision.h"
 #include "lib/verdict.h"
 
-/* cgroup_skb egress return codes. */
-#define EGR_SKB_PASS 1
-#define EGR_SKB_REJECT 0  /* dropped; the sending call sees EPERM */
-#define EGR_SKB_DROP_CN 2 /* dropped; reported as congestion, i.e. silently */
-
-static __always_inline int egr_segments_allowed(struct __sk_buff *skb,
-						const struct egr_cgroup_val *sb,
-						const struct egr_policy_val *pol,
-						const struct egr_pkt *p)
+/* Every hop of an IPv6 routing header is a destination too. */
+static __always_inline struct egr_decision egr_judge_segments(struct __sk_buff *skb,
+							      const struct egr_cgroup_val *sb,
+							      const struct egr_policy_val *pol,
+							      const struct egr_pkt *p)
 {
 	for (int i = 0; i < EGR_MAX_RH_SEGMENTS; i++) {
 		struct egr_addr hop;
@@ -31,36 +27,42 @@ static __always_inline int egr_segments_allowed(struct __sk_buff *skb,
 		if (i >= p->nsegments)
 			break;
 		if (bpf_skb_load_bytes(skb, p->rh_offset + i * 16, hop.b, 16))
-			return 0;
-		if (egr_judge(sb, pol, &hop, p->dport) != EGR_VERDICT_ALLOW)
-			return 0;
+			return egr_deny(pol, EGR_REASON_MALFORMED);
+		if (!egr_passes(egr_judge(sb, pol, &hop, p->dport)))
+			return egr_deny(pol, EGR_REASON_ROUTING_HOP);
 	}
-	return 1;
+	return egr_decide(EGR_PASS, EGR_REASON_ALLOWED);
 }
 
-static __always_inline int egr_backstop(struct __sk_buff *skb)
+/* Judges one packet that sandbox sb sends; sb is NULL when the sender is no
+ * sandbox.  Who the sandbox is stays with the entry point (the socket's
+ * cgroup for cgroup_skb; a tc program learns it otherwise), and l3_off is
+ * where its network header starts.  The socket shortcuts apply only when the
+ * skb still carries its sending socket. */
+static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *skb,
+							      __u32 l3_off,
+							      const struct egr_cgroup_val *sb)
 {
-	struct egr_cgroup_val *sb = egr_sandbox_of_skb(skb);
 	struct egr_policy_val *pol;
 	struct egr_sock_val *st = NULL;
+	struct egr_decision d;
 	struct bpf_sock *sk;
 	struct egr_pkt p = {};
-	int parsed, deny;
+	int parsed;
 
 	if (!sb)
-		return EGR_SKB_PASS;
-	if (sb->kind != EGR_CG_SANDBOX) {
-		egr_count(EGR_STAT_CONTAINED_DENY);
-		return EGR_SKB_REJECT;
-	}
+		return egr_decide(EGR_PASS, EGR_REASON_NOT_SANDBOX);
+	if (sb->kind != EGR_CG_SANDBOX)
+		return egr_decide(EGR_DENY_REJECT, EGR_REASON_CONTAINED);
 	pol = bpf_map_lookup_elem(&egr_policy_v1, &sb->policy_id);
-	deny = pol && pol->deny_action == EGR_ACTION_DROP ? EGR_SKB_DROP_CN : EGR_SKB_REJECT;
 
-	parsed = egr_parse_packet(skb, &p);
-	if (parsed == EGR_PARSE_NOT_IP)
-		return EGR_SKB_PASS; /* cgroup inet egress sees only IP; be explicit */
-	if (parsed != EGR_PARSE_OK || !pol)
-		goto denied;
+	parsed = egr_parse_packet(skb, l3_off, &p);
+	if (parsed == EGR_PARSE_NOT_IP) /* cgroup inet egress sees only IP; be explicit */
+		return egr_decide(EGR_PASS, EGR_REASON_NOT_IP);
+	if (parsed != EGR_PARSE_OK)
+		return egr_deny(pol, EGR_REASON_MALFORMED);
+	if (!pol)
+		return egr_deny(pol, EGR_REASON_NO_POLICY);
 
 	sk = skb->sk;
 	if (sk)
@@ -70,29 +72,30 @@ static __always_inline int egr_backstop(struct __sk_buff *skb)
 
 	if (st && (st->flags & EGR_SOCK_FOREIGN_NETNS) && !p.nsegments &&
 	    egr_addr_is_loopback(&p.dst))
-		goto passed; /* stays inside the sandbox's own network namespace */
+		return egr_decide(EGR_PASS, EGR_REASON_OWN_LOOPBACK);
 
 	if (st && (st->flags & EGR_SOCK_CONNECTED) && !p.nsegments &&
 	    egr_addr_eq(&p.dst, st->addr) && st->port == bpf_htons(p.dport) &&
 	    st->policy_id == sb->policy_id)
-		goto passed; /* connect() allowed it under the policy in force */
+		return egr_decide(EGR_PASS, EGR_REASON_CONNECTED); /* under the policy in force */
 
 	if (!st && sk && sk->type == 1 /* SOCK_STREAM */ && sk->protocol == IPPROTO_TCP)
-		goto passed; /* never connect()ed: a listener or an accepted socket */
+		return egr_decide(EGR_PASS, EGR_REASON_INBOUND_TCP); /* listener or accepted */
 
-	if (egr_judge(sb, pol, &p.dst, p.dport) != EGR_VERDICT_ALLOW ||
-	    !egr_segments_allowed(skb, sb, pol, &p))
-		goto denied;
+	d = egr_judge(sb, pol, &p.dst, p.dport);
+	if (!egr_passes(d))
+		return d;
+	if (p.nsegments) {
+		struct egr_decision hops = egr_judge_segments(skb, sb, pol, &p);
+
+		if (!egr_passes(hops))
+			return hops;
+	}
 
 	/* The policy was flipped and still allows this connection: carry on. */
 	if (st && (st->flags & EGR_SOCK_CONNECTED) && egr_addr_eq(&p.dst, st->addr))
 		st->policy_id = sb->policy_id;
-passed:
-	egr_count(EGR_STAT_SKB_PASS);
-	return EGR_SKB_PASS;
-denied:
-	egr_count(EGR_STAT_SKB_DROP);
-	return deny;
+	return d;
 }
 
 #endif

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /* Reads what a packet really asks the network to do: its header destination,
- * its destination port, and every hop of an IPv6 routing header.  Offsets are
- * relative to the network header, where cgroup_skb programs start. */
+ * its destination port, and every hop of an IPv6 routing header.  l3_off is
+ * where the network header starts in the skb: 0 for cgroup_skb programs,
+ * ETH_HLEN for tc at L2.  Every offset the parser returns (rh_offset) counts
+ * from the start of the skb, so callers load from it as it is. */
 #ifndef EGRESSD_BPF_LIB_PACKET_H
 #define EGRESSD_BPF_LIB_PACKET_H
 
@@ -28,7 +30,7 @@ struct egr_pkt {
 	__u16 dport;     /* host order; 0 when the packet has none */
 	__u8 l4proto;
 	__u8 nsegments;  /* IPv6 routing header addresses to judge too */
-	__u32 rh_offset; /* where those addresses start */
+	__u32 rh_offset; /* where those addresses start (from the skb's start) */
 };
 
 
@@ -62,7 +64,8 @@ static __always_inline int egr_load_dport(struct __sk_buff *skb, __u32 off, stru
 /* IPv4 loose/strict source routing asks hosts on the path to forward to
  * addresses the header does not show.  It is obsolete (RFC 7126 says drop
  * it), so a sandbox's source-routed packet is refused outright. */
-static __always_inline int egr_ipv4_source_routed(struct __sk_buff *skb, __u32 hdr_len)
+static __always_inline int egr_ipv4_source_routed(struct __sk_buff *skb, __u32 l3_off,
+						  __u32 hdr_len)
 {
 	__u8 opts[40];
 	__u32 olen = hdr_len - 20;
@@ -75,7 +78,7 @@ static __always_inline int egr_ipv4_source_routed(struct __sk_buff *skb, __u32 h
 	for (__u32 w = 0; w < sizeof(opts) / 4; w++) {
 		if (w * 4 >= olen)
 			break;
-		if (bpf_skb_load_bytes(skb, 20 + w * 4, &opts[w * 4], 4))
+		if (bpf_skb_load_bytes(skb, l3_off + 20 + w * 4, &opts[w * 4], 4))
 			return 1;
 	}
 	/* Walk option starts with a constant-bounded index (the verifier
@@ -105,33 +108,33 @@ static __always_inline int egr_ipv4_source_routed(struct __sk_buff *skb, __u32 h
 	return 0;
 }
 
-static __always_inline int egr_parse_ipv4(struct __sk_buff *skb, struct egr_pkt *p)
+static __always_inline int egr_parse_ipv4(struct __sk_buff *skb, __u32 l3_off, struct egr_pkt *p)
 {
 	struct iphdr iph;
 	__u32 hdr_len;
 
-	if (bpf_skb_load_bytes(skb, 0, &iph, sizeof(iph)))
+	if (bpf_skb_load_bytes(skb, l3_off, &iph, sizeof(iph)))
 		return EGR_PARSE_REFUSE;
 	hdr_len = iph.ihl * 4;
 	if (hdr_len < 20)
 		return EGR_PARSE_REFUSE;
-	if (egr_ipv4_source_routed(skb, hdr_len))
+	if (egr_ipv4_source_routed(skb, l3_off, hdr_len))
 		return EGR_PARSE_REFUSE;
 	egr_addr_from_v4(&p->dst, iph.daddr);
 	p->l4proto = iph.protocol;
 	if ((bpf_ntohs(iph.frag_off) & 0x1fff) == 0) /* first fragment only */
-		return egr_load_dport(skb, hdr_len, p);
+		return egr_load_dport(skb, l3_off + hdr_len, p);
 	return EGR_PARSE_OK;
 }
 
-static __always_inline int egr_parse_ipv6(struct __sk_buff *skb, struct egr_pkt *p)
+static __always_inline int egr_parse_ipv6(struct __sk_buff *skb, __u32 l3_off, struct egr_pkt *p)
 {
 	struct ipv6hdr ip6;
-	__u32 off = sizeof(ip6);
+	__u32 off = l3_off + sizeof(ip6);
 	__u8 next;
 	int first_fragment = 1;
 
-	if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)))
+	if (bpf_skb_load_bytes(skb, l3_off, &ip6, sizeof(ip6)))
 		return EGR_PARSE_REFUSE;
 	__builtin_memcpy(p->dst.b, &ip6.daddr, 16);
 	next = ip6.nexthdr;
@@ -184,12 +187,14 @@ static __always_inline int egr_parse_ipv6(struct __sk_buff *skb, struct egr_pkt 
 	return EGR_PARSE_REFUSE; /* deeper than any legitimate packet */
 }
 
-static __always_inline int egr_parse_packet(struct __sk_buff *skb, struct egr_pkt *p)
+/* skb->protocol names the network protocol for cgroup_skb and tc alike. */
+static __always_inline int egr_parse_packet(struct __sk_buff *skb, __u32 l3_off,
+					    struct egr_pkt *p)
 {
 	if (skb->protocol == bpf_htons(EGR_ETH_P_IP))
-		return egr_parse_ipv4(skb, p);
+		return egr_parse_ipv4(skb, l3_off, p);
 	if (skb->protocol == bpf_htons(EGR_ETH_P_IPV6))
-		return egr_parse_ipv6(skb, p);
+		return egr_parse_ipv6(skb, l3_off, p);
 	return EGR_PARSE_NOT_IP;
 }
 

@@ -9,11 +9,8 @@
 
 #include "lib/maps.h"
 #include "lib/addr.h"
-#include "lib/sandbox.h"
+#include "lib/decision.h"
 #include "lib/verdict.h"
-
-#define EGR_SOCK_ADDR_ALLOW 1
-#define EGR_SOCK_ADDR_REJECT 0
 
 /* is_v4 is a constant per program: each SEC() wrapper gets straight-line
  * context reads (the verifier rejects a computed context pointer). */
@@ -81,23 +78,25 @@ static __always_inline int egr_note_socket(struct bpf_sock_addr *ctx,
 	return 1;
 }
 
-static __always_inline int egr_sock_addr_decide(struct bpf_sock_addr *ctx, int is_v4,
-						int is_connect)
+/* Judges the destination a sandbox's connect() or sendmsg() names; sb is NULL
+ * when the caller is no sandbox.  EGR_DENY_DROP means "let the call proceed
+ * for the backstop to drop every packet", which needs the socket marked as
+ * actively opened: if it cannot be marked, the decision is to reject (a TCP
+ * socket without a mark would pass the backstop as inbound). */
+static __always_inline struct egr_decision egr_sock_addr_judge(struct bpf_sock_addr *ctx,
+							       const struct egr_cgroup_val *sb,
+							       int is_v4, int is_connect)
 {
-	struct egr_cgroup_val *sb = egr_sandbox_of_current();
 	struct egr_policy_val *pol;
+	struct egr_decision d;
 	struct egr_addr dst;
-	int verdict, foreign;
+	int foreign;
 	__u16 port;
 
 	if (!sb)
-		return EGR_SOCK_ADDR_ALLOW; /* not a sandbox: untouched */
-
-	if (sb->kind != EGR_CG_SANDBOX) {
-		/* Below a contained root and not (yet) registered: no egress. */
-		egr_count(EGR_STAT_CONTAINED_DENY);
-		return EGR_SOCK_ADDR_REJECT;
-	}
+		return egr_decide(EGR_PASS, EGR_REASON_NOT_SANDBOX);
+	if (sb->kind != EGR_CG_SANDBOX)
+		return egr_decide(EGR_DENY_REJECT, EGR_REASON_CONTAINED);
 
 	egr_sock_addr_dst(ctx, is_v4, &dst);
 	port = bpf_ntohs((__u16)ctx->user_port);
@@ -105,28 +104,21 @@ static __always_inline int egr_sock_addr_decide(struct bpf_sock_addr *ctx, int i
 
 	pol = bpf_map_lookup_elem(&egr_policy_v1, &sb->policy_id);
 	if (!pol)
-		verdict = EGR_VERDICT_DENY; /* a dangling policy id fails closed */
+		d = egr_deny(pol, EGR_REASON_NO_POLICY);
 	else if (foreign && egr_addr_is_loopback(&dst))
-		verdict = EGR_VERDICT_ALLOW; /* stays inside the sandbox's own netns */
+		d = egr_decide(EGR_PASS, EGR_REASON_OWN_LOOPBACK);
 	else
-		verdict = egr_judge(sb, pol, &dst, port);
+		d = egr_judge(sb, pol, &dst, port);
 
-	egr_count(is_connect ? (verdict ? EGR_STAT_CONNECT_ALLOW : EGR_STAT_CONNECT_DENY)
-			     : (verdict ? EGR_STAT_SENDMSG_ALLOW : EGR_STAT_SENDMSG_DENY));
-
-	if (verdict == EGR_VERDICT_ALLOW) {
+	if (egr_passes(d)) {
 		egr_note_socket(ctx, sb, &dst,
 				is_connect ? EGR_NOTE_CONNECT_ALLOWED : EGR_NOTE_SENDMSG, foreign);
-		return EGR_SOCK_ADDR_ALLOW;
+		return d;
 	}
-	/* on-deny drop lets the call proceed for the backstop to drop, which
-	 * needs the socket marked as actively opened; if it cannot be marked,
-	 * reject instead (a TCP socket without a mark would pass as inbound). */
-	if (egr_note_socket(ctx, sb, &dst,
-			    is_connect ? EGR_NOTE_CONNECT_DENIED : EGR_NOTE_SENDMSG, foreign) &&
-	    pol && pol->deny_action == EGR_ACTION_DROP)
-		return EGR_SOCK_ADDR_ALLOW;
-	return EGR_SOCK_ADDR_REJECT;
+	if (!egr_note_socket(ctx, sb, &dst,
+			     is_connect ? EGR_NOTE_CONNECT_DENIED : EGR_NOTE_SENDMSG, foreign))
+		d.action = EGR_DENY_REJECT;
+	return d;
 }
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "lib/maps.h"
 #include "lib/addr.h"
+#include "lib/decision.h"
 
 /* Port 0 means "no port" (ICMP, non-first fragments): it matches only an
  * entry that allows every port. */
@@ -83,30 +84,32 @@ static __always_inline int egr_resolved_allowed(__u64 sandbox_id, const struct e
 	return v && v->expires_boot_ns > bpf_ktime_get_boot_ns();
 }
 
-/* Returns enum egr_verdict.  port is in host order. */
-static __always_inline int egr_judge(const struct egr_cgroup_val *sb,
-				     const struct egr_policy_val *pol,
-				     const struct egr_addr *a, __u16 port)
+/* The policy's decision for one destination of sandbox sb.  port is in host
+ * order. */
+static __always_inline struct egr_decision egr_judge(const struct egr_cgroup_val *sb,
+						     const struct egr_policy_val *pol,
+						     const struct egr_addr *a, __u16 port)
 {
 	__u32 pid = sb->policy_id;
 
 	if (egr_addr_is_v4(a)) {
 		if (egr_v4_protected(pid, a->w[3]))
-			return EGR_VERDICT_DENY;
+			return egr_deny(pol, EGR_REASON_PROTECTED);
 		if (egr_v4_allowed(pid, a->w[3], port))
-			return EGR_VERDICT_ALLOW;
+			return egr_decide(EGR_PASS, EGR_REASON_ALLOWED);
 	} else {
 		if (egr_addr_is_nat64(a) && egr_v4_protected(pid, a->w[3]))
-			return EGR_VERDICT_DENY;
+			return egr_deny(pol, EGR_REASON_PROTECTED);
 		if (egr_v6_protected(pid, a))
-			return EGR_VERDICT_DENY;
+			return egr_deny(pol, EGR_REASON_PROTECTED);
 		if (egr_v6_allowed(pid, a, port))
-			return EGR_VERDICT_ALLOW;
+			return egr_decide(EGR_PASS, EGR_REASON_ALLOWED);
 	}
 	if (egr_resolved_allowed(sb->sandbox_id, a))
-		return EGR_VERDICT_ALLOW;
-	return pol->default_verdict == EGR_VERDICT_ALLOW ? EGR_VERDICT_ALLOW
-							  : EGR_VERDICT_DENY;
+		return egr_decide(EGR_PASS, EGR_REASON_RESOLVED);
+	if (pol->default_verdict == EGR_VERDICT_ALLOW)
+		return egr_decide(EGR_PASS, EGR_REASON_DEFAULT);
+	return egr_deny(pol, EGR_REASON_DEFAULT);
 }
 
 #endif

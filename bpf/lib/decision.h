@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
+/* What bpf/lib decides, independent of the program type that asked.  Every
+ * decision function returns a struct egr_decision; each SEC() entry point
+ * maps it to its own return codes (sock_addr, cgroup_skb, and later tc), so
+ * one judgement serves every hook and the reason is at hand for the audit
+ * trail.  When the audit record carries the reason across the BPF boundary,
+ * enum egr_reason moves to maps/egressd_abi.h. */
+#ifndef EGRESSD_BPF_LIB_DECISION_H
+#define EGRESSD_BPF_LIB_DECISION_H
+
+#include "lib/maps.h"
+
+enum egr_action {
+	EGR_PASS = 0,
+	EGR_DENY_REJECT, /* refuse so the caller learns it (EPERM) */
+	EGR_DENY_DROP,   /* refuse silently: the caller sees a timeout */
+};
+
+enum egr_reason {
+	EGR_REASON_NOT_SANDBOX = 0, /* no registered cgroup above: untouched */
+	EGR_REASON_CONTAINED,       /* below a contained root, not registered */
+	EGR_REASON_NO_POLICY,       /* a dangling policy id: fails closed */
+	EGR_REASON_PROTECTED,       /* a protected range, whatever else allows */
+	EGR_REASON_ALLOWED,         /* an allowed CIDR (and port) */
+	EGR_REASON_RESOLVED,        /* an address the DNS proxy resolved */
+	EGR_REASON_DEFAULT,         /* nothing matched: the policy's default */
+	EGR_REASON_OWN_LOOPBACK,    /* loopback of the sandbox's own netns */
+	EGR_REASON_CONNECTED,       /* a packet of a connection connect() allowed */
+	EGR_REASON_INBOUND_TCP,     /* a TCP socket never connect()ed: inbound */
+	EGR_REASON_NOT_IP,          /* no IP destination to judge */
+	EGR_REASON_MALFORMED,       /* unparseable, too deep, or source-routed */
+	EGR_REASON_ROUTING_HOP,     /* a routing-header hop is not allowed */
+};
+
+struct egr_decision {
+	__u8 action; /* enum egr_action */
+	__u8 reason; /* enum egr_reason */
+};
+
+static __always_inline struct egr_decision egr_decide(enum egr_action action,
+						      enum egr_reason reason)
+{
+	struct egr_decision d = { .action = action, .reason = reason };
+
+	return d;
+}
+
+/* A denial in the form the policy asks for; a missing policy rejects. */
+static __always_inline struct egr_decision egr_deny(const struct egr_policy_val *pol,
+						    enum egr_reason reason)
+{
+	return egr_decide(pol && pol->deny_action == EGR_ACTION_DROP ? EGR_DENY_DROP
+								     : EGR_DENY_REJECT,
+			  reason);
+}
+
+static __always_inline int egr_passes(struct egr_decision d)
+{
+	return d.action == EGR_PASS;
+}
+
+/* Counts a decision under the entry point's own pass/deny counters.  What
+ * egressd did not judge (not a sandbox, not IP) is not counted; a contained
+ * cgroup's refusal has its own counter whatever the hook. */
+static __always_inline void egr_count_decision(struct egr_decision d, __u32 pass_stat,
+					       __u32 deny_stat)
+{
+	if (d.reason == EGR_REASON_NOT_SANDBOX || d.reason == EGR_REASON_NOT_IP)
+		return;
+	if (d.reason == EGR_REASON_CONTAINED)
+		egr_count(EGR_STAT_CONTAINED_DENY);
+	else
+		egr_count(egr_passes(d) ? pass_stat : deny_stat);
+}
+
+#endif
