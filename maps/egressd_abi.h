@@ -2,7 +2,9 @@
 /*
  * The one ABI shared by the BPF programs (bpf/) and the C++ control plane.
  * Every struct here is laid out with fixed-width types and explicit padding;
- * tests/unit/abi_layout_test.cc pins the sizes and offsets.  Any layout change
+ * tests/unit/abi_layout_test.cc pins the sizes and offsets, and
+ * tests/unit/abi_btf_test.cc checks them against the BTF of the built object
+ * (what the programs were compiled with).  Any layout change
  * bumps EGR_ABI_VERSION and the _vN suffix of every map whose layout changed,
  * so an old pinned map is never reused with a new layout.
  *

@@ -1,0 +1,247 @@
+// The BPF side and the control plane agree on every struct of
+// maps/egressd_abi.h: the layout the built egressd.bpf.o carries in its BTF
+// (what the programs were compiled with) against sizeof/offsetof here (what
+// the C++ side compiles with), and the key and value of every map the object
+// declares against the ABI struct it should hold.  Reads the object without
+// loading it: no root, no BPF syscalls.
+#include <linux/bpf.h>
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "maps/egressd_abi.h"
+#include "maps/object_layout.h"
+
+namespace egressd::maps {
+namespace {
+
+struct Field {
+  std::string name;
+  size_t offset;
+  size_t size;
+};
+
+struct AbiStruct {
+  std::string name;
+  size_t size;
+  std::vector<Field> fields;  // every member, in declaration order
+};
+
+#define EGR_FIELD(type, field) \
+  Field{#field, offsetof(struct type, field), sizeof(static_cast<struct type*>(nullptr)->field)}
+#define EGR_STRUCT(type, ...) AbiStruct{#type, sizeof(struct type), {__VA_ARGS__}}
+
+const std::vector<AbiStruct>& CxxLayouts() {
+  static const std::vector<AbiStruct> structs = {
+      EGR_STRUCT(egr_cgroup_val, EGR_FIELD(egr_cgroup_val, kind),
+                 EGR_FIELD(egr_cgroup_val, policy_id), EGR_FIELD(egr_cgroup_val, sandbox_id)),
+      EGR_STRUCT(egr_policy_val, EGR_FIELD(egr_policy_val, default_verdict),
+                 EGR_FIELD(egr_policy_val, deny_action), EGR_FIELD(egr_policy_val, flags),
+                 EGR_FIELD(egr_policy_val, pad0), EGR_FIELD(egr_policy_val, refcount),
+                 EGR_FIELD(egr_policy_val, content_hash)),
+      EGR_STRUCT(egr_lpm4_key, EGR_FIELD(egr_lpm4_key, prefixlen),
+                 EGR_FIELD(egr_lpm4_key, policy_id), EGR_FIELD(egr_lpm4_key, addr)),
+      EGR_STRUCT(egr_lpm6_key, EGR_FIELD(egr_lpm6_key, prefixlen),
+                 EGR_FIELD(egr_lpm6_key, policy_id), EGR_FIELD(egr_lpm6_key, addr)),
+      EGR_STRUCT(egr_port_range, EGR_FIELD(egr_port_range, first),
+                 EGR_FIELD(egr_port_range, last)),
+      EGR_STRUCT(egr_allow_val, EGR_FIELD(egr_allow_val, nranges),
+                 EGR_FIELD(egr_allow_val, flags), EGR_FIELD(egr_allow_val, ranges)),
+      EGR_STRUCT(egr_prot_val, EGR_FIELD(egr_prot_val, flags)),
+      EGR_STRUCT(egr_resolved_key, EGR_FIELD(egr_resolved_key, sandbox_id),
+                 EGR_FIELD(egr_resolved_key, addr)),
+      EGR_STRUCT(egr_resolved_val, EGR_FIELD(egr_resolved_val, expires_boot_ns),
+                 EGR_FIELD(egr_resolved_val, name_id), EGR_FIELD(egr_resolved_val, pad0)),
+      EGR_STRUCT(egr_sock_val, EGR_FIELD(egr_sock_val, addr), EGR_FIELD(egr_sock_val, port),
+                 EGR_FIELD(egr_sock_val, flags), EGR_FIELD(egr_sock_val, policy_id),
+                 EGR_FIELD(egr_sock_val, sandbox_id), EGR_FIELD(egr_sock_val, pad0)),
+      EGR_STRUCT(egr_config_val, EGR_FIELD(egr_config_val, node_netns_cookie),
+                 EGR_FIELD(egr_config_val, flags), EGR_FIELD(egr_config_val, pad0)),
+  };
+  return structs;
+}
+
+struct AbiMap {
+  std::string name;
+  uint32_t type;
+  size_t key_size;
+  size_t value_size;
+  uint32_t max_entries;
+  std::string key_type;
+  std::string value_type;
+};
+
+#define EGR_MAP(name, type, key, value, max) \
+  AbiMap{name, type, sizeof(key), sizeof(value), max, #key, #value}
+
+const std::vector<AbiMap>& AbiMaps() {
+  static const std::vector<AbiMap> maps = {
+      EGR_MAP(EGR_MAP_CGROUPS, BPF_MAP_TYPE_HASH, __u64, struct egr_cgroup_val, EGR_MAX_CGROUPS),
+      EGR_MAP(EGR_MAP_POLICY, BPF_MAP_TYPE_HASH, __u32, struct egr_policy_val, EGR_MAX_POLICIES),
+      EGR_MAP(EGR_MAP_ALLOW4, BPF_MAP_TYPE_LPM_TRIE, struct egr_lpm4_key, struct egr_allow_val,
+              EGR_MAX_ALLOW4),
+      EGR_MAP(EGR_MAP_ALLOW6, BPF_MAP_TYPE_LPM_TRIE, struct egr_lpm6_key, struct egr_allow_val,
+              EGR_MAX_ALLOW6),
+      EGR_MAP(EGR_MAP_PROT4, BPF_MAP_TYPE_LPM_TRIE, struct egr_lpm4_key, struct egr_prot_val,
+              EGR_MAX_PROT),
+      EGR_MAP(EGR_MAP_PROT6, BPF_MAP_TYPE_LPM_TRIE, struct egr_lpm6_key, struct egr_prot_val,
+              EGR_MAX_PROT),
+      EGR_MAP(EGR_MAP_RESOLVED, BPF_MAP_TYPE_HASH, struct egr_resolved_key,
+              struct egr_resolved_val, EGR_MAX_RESOLVED),
+      EGR_MAP(EGR_MAP_SOCK, BPF_MAP_TYPE_SK_STORAGE, int, struct egr_sock_val, 0),
+      EGR_MAP(EGR_MAP_CONFIG, BPF_MAP_TYPE_ARRAY, __u32, struct egr_config_val, 1),
+      EGR_MAP(EGR_MAP_STATS, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, __u64, EGR_STAT_MAX),
+  };
+  return maps;
+}
+
+// Every difference between the BTF layout and the C++ one, as readable lines.
+std::vector<std::string> Differences(const StructLayout& btf, const AbiStruct& cxx) {
+  std::vector<std::string> diffs;
+  auto where = [&](const std::string& what) { return "struct " + cxx.name + " " + what; };
+  if (btf.size != cxx.size) {
+    diffs.push_back(where("size: BPF " + std::to_string(btf.size) + ", C++ " +
+                          std::to_string(cxx.size)));
+  }
+  for (size_t i = 0; i < std::max(btf.members.size(), cxx.fields.size()); ++i) {
+    if (i >= btf.members.size()) {
+      diffs.push_back(where("member " + cxx.fields[i].name + ": missing on the BPF side"));
+      continue;
+    }
+    const MemberLayout& b = btf.members[i];
+    if (i >= cxx.fields.size()) {
+      diffs.push_back(where("member " + b.name + ": on the BPF side only (check it here)"));
+      continue;
+    }
+    const Field& c = cxx.fields[i];
+    if (b.name != c.name) {
+      diffs.push_back(where("member #" + std::to_string(i) + ": BPF " + b.name + ", C++ " +
+                            c.name));
+      continue;
+    }
+    if (b.offset != c.offset) {
+      diffs.push_back(where(c.name + " offset: BPF " + std::to_string(b.offset) + ", C++ " +
+                            std::to_string(c.offset)));
+    }
+    if (b.size != c.size) {
+      diffs.push_back(where(c.name + " size: BPF " + std::to_string(b.size) + ", C++ " +
+                            std::to_string(c.size)));
+    }
+  }
+  return diffs;
+}
+
+std::vector<std::string> StructNames() {
+  std::vector<std::string> names;
+  for (const AbiStruct& s : CxxLayouts()) names.push_back(s.name);
+  return names;
+}
+
+const ObjectLayout& Object() {
+  static const ObjectLayout* layout = [] {
+    auto l = ReadObjectLayout(EGR_BPF_OBJECT, StructNames());
+    if (!l.ok()) {
+      ADD_FAILURE() << l.status();
+      return new ObjectLayout();
+    }
+    return new ObjectLayout(*std::move(l));
+  }();
+  return *layout;
+}
+
+// A struct added to the ABI header must be added to CxxLayouts() too.
+TEST(AbiBtf, EveryAbiHeaderStructIsChecked) {
+  std::ifstream in(EGR_ABI_HEADER);
+  ASSERT_TRUE(in) << EGR_ABI_HEADER;
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string src = text.str();
+  std::set<std::string> declared;
+  const std::regex def(R"(^struct\s+(\w+)\s*\{)", std::regex::multiline);
+  for (std::sregex_iterator it(src.begin(), src.end(), def), end; it != end; ++it) {
+    declared.insert((*it)[1]);
+  }
+  const std::vector<std::string> names = StructNames();
+  EXPECT_EQ(declared, std::set<std::string>(names.begin(), names.end()));
+}
+
+TEST(AbiBtf, StructsMatchTheObjectsBtf) {
+  const ObjectLayout& obj = Object();
+  for (const AbiStruct& cxx : CxxLayouts()) {
+    auto it = obj.structs.find(cxx.name);
+    ASSERT_NE(it, obj.structs.end()) << cxx.name;
+    for (const std::string& d : Differences(it->second, cxx)) ADD_FAILURE() << d;
+  }
+}
+
+// The comparison sees more than sizes: two different 16-byte structs differ.
+TEST(AbiBtf, ComparisonCatchesADifferentLayoutOfTheSameSize) {
+  const ObjectLayout& obj = Object();
+  auto policy = obj.structs.find("egr_policy_val");
+  ASSERT_NE(policy, obj.structs.end());
+  const AbiStruct* cgroup = nullptr;
+  for (const AbiStruct& s : CxxLayouts()) {
+    if (s.name == "egr_cgroup_val") cgroup = &s;
+  }
+  ASSERT_NE(cgroup, nullptr);
+  ASSERT_EQ(policy->second.size, cgroup->size);
+  EXPECT_FALSE(Differences(policy->second, *cgroup).empty());
+
+  StructLayout moved = obj.structs.at("egr_sock_val");
+  moved.members.back().offset += 4;
+  const AbiStruct* sock = nullptr;
+  for (const AbiStruct& s : CxxLayouts()) {
+    if (s.name == "egr_sock_val") sock = &s;
+  }
+  ASSERT_NE(sock, nullptr);
+  EXPECT_EQ(Differences(moved, *sock),
+            std::vector<std::string>{"struct egr_sock_val pad0 offset: BPF 36, C++ 32"});
+}
+
+TEST(AbiBtf, MapsHoldTheAbiStructs) {
+  const ObjectLayout& obj = Object();
+  std::set<std::string> declared, expected;
+  for (const MapLayout& m : obj.maps) declared.insert(m.name);
+  for (const AbiMap& m : AbiMaps()) expected.insert(m.name);
+  EXPECT_EQ(declared, expected) << "maps of " << EGR_BPF_OBJECT;
+
+  for (const AbiMap& want : AbiMaps()) {
+    const MapLayout* got = nullptr;
+    for (const MapLayout& m : obj.maps) {
+      if (m.name == want.name) got = &m;
+    }
+    if (!got) continue;  // reported above
+    SCOPED_TRACE(want.name);
+    EXPECT_EQ(got->type, want.type);
+    EXPECT_EQ(got->key_size, want.key_size);
+    EXPECT_EQ(got->value_size, want.value_size);
+    EXPECT_EQ(got->max_entries, want.max_entries);
+    // Same size is not enough: egr_cgroup_val and egr_policy_val are both 16.
+    EXPECT_EQ(got->key_type, want.key_type);
+    EXPECT_EQ(got->value_type, want.value_type);
+  }
+}
+
+TEST(AbiBtf, MissingObjectIsANamedError) {
+  auto l = ReadObjectLayout("/nonexistent/egressd.bpf.o", StructNames());
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("/nonexistent/egressd.bpf.o"), absl::string_view::npos)
+      << l.status();
+}
+
+TEST(AbiBtf, MissingStructIsANamedError) {
+  auto l = ReadObjectLayout(EGR_BPF_OBJECT, {"egr_no_such_struct"});
+  ASSERT_FALSE(l.ok());
+  EXPECT_TRUE(absl::IsNotFound(l.status())) << l.status();
+  EXPECT_NE(l.status().message().find("egr_no_such_struct"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace egressd::maps
