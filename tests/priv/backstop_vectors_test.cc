@@ -12,10 +12,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "egressd_env.h"
+#include "test/backstop_tc.skel.h"
 #include "userspace/common/node.h"
 #include "userspace/control/registry.h"
 
@@ -156,13 +158,8 @@ int BackstopProgFd(const std::string& pin_root) {
 std::vector<std::pair<std::string, std::pair<int64_t, uint32_t>>> RunInCgroup(
     int prog, const std::string& cgroup, const std::vector<Vector>& vectors);
 
-TEST(BackstopVectors, EachPacketGetsTheVerdictItsRuleNames) {
-  EGR_REQUIRE_PRIVILEGES();
-  Egressd& e = Shared();
-  auto cg = e.lab().MakeCgroup("testrun");
-  ASSERT_TRUE(cg.ok());
-  auto id = CgroupIdOf(*cg);
-  ASSERT_TRUE(id.ok());
+// The policy the vectors' names describe.
+policy::CompiledPolicy VectorsPolicy() {
   policy::CompiledPolicy p;
   p.default_verdict = policy::Verdict::kDeny;
   p.protected_cidrs.push_back({*net::Cidr::Parse("169.254.169.254"), "test"});
@@ -172,6 +169,17 @@ TEST(BackstopVectors, EachPacketGetsTheVerdictItsRuleNames) {
   p.allowed.push_back({*net::Cidr::Parse("198.51.100.7"), {{443, 443}}, "test"});
   p.allowed.push_back({*net::Cidr::Parse("2001:db8::/64"), {}, "test"});
   p.allowed.push_back({*net::Cidr::Parse("64:ff9b::/96"), {}, "test"});
+  return p;
+}
+
+TEST(BackstopVectors, EachPacketGetsTheVerdictItsRuleNames) {
+  EGR_REQUIRE_PRIVILEGES();
+  Egressd& e = Shared();
+  auto cg = e.lab().MakeCgroup("testrun");
+  ASSERT_TRUE(cg.ok());
+  auto id = CgroupIdOf(*cg);
+  ASSERT_TRUE(id.ok());
+  policy::CompiledPolicy p = VectorsPolicy();
   Paths paths;
   paths.pin_root = e.pin_root();
   control::Registry registry(paths);
@@ -193,6 +201,40 @@ TEST(BackstopVectors, EachPacketGetsTheVerdictItsRuleNames) {
   ASSERT_EQ(results.size(), drop.size());
   for (const auto& [name, got] : results) EXPECT_EQ(got.first, int64_t(got.second)) << name;
   close(prog);
+  EXPECT_TRUE(registry.Unregister(*id).ok());
+}
+
+// bpf/lib's backstop judgement from a tc program at L2 (bpf/test/backstop_tc:
+// parser at offset ETH_HLEN), on the maps of the egressd instance in force:
+// every vector gets the decision the cgroup_skb backstop gives it, in tc's
+// codes.  A parser that ignored its offset would read the Ethernet header as
+// IP and refuse the packets that must pass.
+TEST(BackstopVectors, TcProgramAtL2JudgesEachPacketAsTheCgroupBackstopDoes) {
+  EGR_REQUIRE_PRIVILEGES();
+  Egressd& e = Shared();
+  auto cg = e.lab().MakeCgroup("testrun-tc");
+  ASSERT_TRUE(cg.ok());
+  auto id = CgroupIdOf(*cg);
+  ASSERT_TRUE(id.ok());
+  Paths paths;
+  paths.pin_root = e.pin_root();
+  control::Registry registry(paths);
+  ASSERT_TRUE(registry.Register(*id, VectorsPolicy()).ok());
+
+  // pin_root_path: libbpf reuses the instance's pinned maps (same layouts).
+  const std::string pin_root = e.pin_root();
+  DECLARE_LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = pin_root.c_str());
+  std::unique_ptr<backstop_tc_bpf, decltype(&backstop_tc_bpf__destroy)> skel(
+      backstop_tc_bpf__open_opts(&opts), backstop_tc_bpf__destroy);
+  ASSERT_TRUE(skel) << "open the tc test program: " << std::strerror(errno);
+  ASSERT_EQ(backstop_tc_bpf__load(skel.get()), 0) << "load the tc test program (verifier log above)";
+
+  constexpr uint32_t kTcOk = 0, kTcShot = 2;  // TC_ACT_OK, TC_ACT_SHOT
+  std::vector<Vector> vectors = Vectors();
+  for (Vector& v : vectors) v.want = v.want == kPass ? kTcOk : kTcShot;
+  auto results = RunInCgroup(bpf_program__fd(skel->progs.egr_test_backstop_tc), *cg, vectors);
+  ASSERT_EQ(results.size(), vectors.size());
+  for (const auto& [name, got] : results) EXPECT_EQ(got.first, int64_t(got.second)) << name;
   EXPECT_TRUE(registry.Unregister(*id).ok());
 }
 
