@@ -65,12 +65,15 @@ static __always_inline int egr_passes(struct egr_decision d)
 static __always_inline void egr_count_decision(struct egr_decision d, __u32 pass_stat,
 					       __u32 deny_stat)
 {
+	__u32 stat;
+
 	if (d.reason == EGR_REASON_NOT_SANDBOX || d.reason == EGR_REASON_NOT_IP)
 		return;
 	if (d.reason == EGR_REASON_CONTAINED)
-		egr_count(EGR_STAT_CONTAINED_DENY);
+		stat = EGR_STAT_CONTAINED_DENY;
 	else
-		egr_count(egr_passes(d) ? pass_stat : deny_stat);
+		stat = egr_passes(d) ? pass_stat : deny_stat;
+	egr_count(stat); /* one lookup site, not one per counter */
 }
 
 #endif
