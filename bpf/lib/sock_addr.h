@@ -79,10 +79,10 @@ static __always_inline int egr_note_socket(struct bpf_sock_addr *ctx,
 }
 
 /* Judges the destination a sandbox's connect() or sendmsg() names; sb is NULL
- * when the caller is no sandbox.  EGR_DENY_DROP means "let the call proceed
- * for the backstop to drop every packet", which needs the socket marked as
- * actively opened: if it cannot be marked, the decision is to reject (a TCP
- * socket without a mark would pass the backstop as inbound). */
+ * when the caller is no sandbox.  A silent denial (EGR_DENY_DROP) lets the
+ * call proceed and leaves its packets to the backstop, which needs the socket
+ * marked as actively opened: if it cannot be marked, the decision is to
+ * reject (a TCP socket without a mark would pass the backstop as inbound). */
 static __always_inline struct egr_decision egr_sock_addr_judge(struct bpf_sock_addr *ctx,
 							       const struct egr_cgroup_val *sb,
 							       int is_v4, int is_connect)
