@@ -13,7 +13,8 @@
 # vmlinux ELF compressed inside the bzImage; this finds the compressed payload
 # by its magic bytes, decompresses it and keeps the candidate that is an ELF
 # with a .BTF section, then dumps that BTF as C with bpftool.
-# Exit status: 0 written; 1 a tool or download failed; 2 bad usage.
+# Exit status: 0 written; 1 a tool or download failed; 2 bad usage, or a
+# --deb/--kernel file that is not a Debian 6.1 amd64 kernel (nothing written).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +23,10 @@ deb="" kernel=""
 
 usage() { sed -n '8,8p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "gen-vmlinux-h: $*" >&2; exit 1; }
+# A file the caller named that is not what it should be is bad input (2); the
+# same fault in what this script fetched itself is a system failure (1).
+given=0
+bad_file() { echo "gen-vmlinux-h: $*" >&2; exit $((given ? 2 : 1)); }
 while (($#)); do
   case $1 in
     --deb) deb=${2:?--deb takes a .deb file}; shift 2 ;;
@@ -31,6 +36,7 @@ while (($#)); do
     *) usage >&2; echo "gen-vmlinux-h: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+[[ -z $deb && -z $kernel ]] || given=1
 if [[ -n $deb && -n $kernel ]]; then
   echo "gen-vmlinux-h: --deb and --kernel exclude each other" >&2; exit 2
 fi
@@ -52,16 +58,16 @@ if [[ -z $kernel ]]; then
     deb=$(find "$work" -maxdepth 1 -name "${pkg}_*.deb" | head -n1)
     [[ -n $deb ]] || die "apt-get download $pkg left no .deb in $work"
   fi
-  [[ -r $deb ]] || die "$deb not readable"
-  pkg_name=$(dpkg-deb -f "$deb" Package)
+  [[ -r $deb ]] || bad_file "$deb not readable"
+  pkg_name=$(dpkg-deb -f "$deb" Package 2>/dev/null) || bad_file "$deb is not a Debian package"
   pkg_version=$(dpkg-deb -f "$deb" Version)
-  [[ $pkg_name == linux-image-6.1.*-amd64 ]] || die "$deb is $pkg_name, not a Debian 6.1 amd64 kernel"
+  [[ $pkg_name == linux-image-6.1.*-amd64 ]] || bad_file "$deb is ${pkg_name:-no package}, not a Debian 6.1 amd64 kernel"
   dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$work" --wildcards './boot/vmlinuz-*' ||
-    die "no ./boot/vmlinuz-* in $deb"
+    bad_file "no ./boot/vmlinuz-* in $deb"
   kernel=$(find "$work/boot" -name 'vmlinuz-*' | head -n1)
   source_note="$pkg_name $pkg_version ($(basename "$deb"), sha256 $(sha256sum "$deb" | cut -d' ' -f1))"
 else
-  [[ -r $kernel ]] || die "$kernel not readable"
+  [[ -r $kernel ]] || bad_file "$kernel not readable"
   owner=$(dpkg -S "$(readlink -f "$kernel")" 2>/dev/null | cut -d: -f1 || true)
   if [[ -n $owner ]]; then
     source_note="$owner $(dpkg-query -W -f='${Version}' "$owner") ($kernel)"
@@ -104,9 +110,9 @@ lzma \x5d\x00\x00\x00 xz -dc --format=lzma
 lz4 \x02\x21\x4c\x18 lz4 -dcq
 lzo \x89\x4c\x5a\x4f lzop -dc
 EOF
-[[ -n $found ]] || die "found no compressed vmlinux with a .BTF section in $kernel"
+[[ -n $found ]] || bad_file "found no compressed vmlinux with a .BTF section in $kernel"
 release=$(strings -n 12 "$vmlinux" | sed -n 's/^Linux version \([^ ]*\) .*/\1/p' | head -n1)
-[[ $release == 6.1.* ]] || die "$kernel holds Linux ${release:-of unknown version}, not 6.1"
+[[ $release == 6.1.* ]] || bad_file "$kernel holds Linux ${release:-of unknown version}, not 6.1"
 
 # ---- the header ----------------------------------------------------------------------
 mkdir -p "$(dirname "$out")"
