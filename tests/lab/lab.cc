@@ -6,7 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <regex>
@@ -103,8 +109,9 @@ absl::StatusOr<std::string> IpOutput(const std::vector<std::string>& argv) {
 int Lab::SweepStale() {
   int removed = 0;
   static const std::regex kCg("^egl-([0-9]+)-([0-9a-f]+)$");
-  static const std::regex kNs("^egl-([0-9]+)-([0-9a-f]+)-[ch]$");
-  static const std::regex kLink("^egl-[0-9a-f]{4}-[ch]$");
+  // n(ode), w(orld), p<N> (pods); c and h are the two-namespace lab's.
+  static const std::regex kNs("^egl-([0-9]+)-([0-9a-f]+)-(n|w|p[0-9]+|c|h)$");
+  static const std::regex kLink("^egl-[0-9a-f]{4}-(up|w|p[0-9]+|c|h)$");
   std::smatch m;
 
   const std::string cgroot = cgroup2_root();
@@ -121,7 +128,7 @@ int Lab::SweepStale() {
     if (!std::regex_match(name, m, kNs)) continue;
     std::string path = std::string(kNetnsDir) + "/" + name;
     int pid = std::stoi(m[1]);
-    std::string id = name.substr(4, name.size() - 6);
+    std::string id = absl::StrCat(m[1].str(), "-", m[2].str());
     if (!OwnerGone(id, pid, MtimeOf(path))) continue;
     spdlog::info("lab: removing stale netns {}", name);
     KillProcessesInNetns(path);
@@ -149,46 +156,11 @@ int Lab::SweepStale() {
 
 // ---- lifecycle ----------------------------------------------------------------------
 
-Lab::Lab() : impl_(std::make_unique<Impl>()) {}
+namespace {
 
-Lab::~Lab() { Teardown(); }
-
-std::string Lab::client_netns() const { return std::string(kNetnsDir) + "/" + client_netns_name(); }
-std::string Lab::hosts_netns() const { return std::string(kNetnsDir) + "/" + hosts_netns_name(); }
-
-absl::StatusOr<std::unique_ptr<Lab>> Lab::Create() {
-  SweepStale();
-  std::unique_ptr<Lab> lab(new Lab());
-  for (int attempt = 0;; ++attempt) {
-    lab->id_ = fmt::format("{}-{}", getpid(), RandomHex(4));
-    std::error_code ec;
-    if (!fs::exists(lab->client_netns(), ec) && !fs::exists(lab->hosts_netns(), ec)) break;
-    if (attempt > 20) return absl::AlreadyExistsError("could not pick a free lab id");
-  }
-  {
-    std::lock_guard<std::mutex> l(g_live_mu);
-    g_live_ids.insert(lab->id_);
-  }
-  const std::string r = RandomHex(4);
-  lab->client_if_ = "egl-" + r + "-c";
-  lab->hosts_if_ = "egl-" + r + "-h";
-  lab->impl_->cgroup_base = cgroup2_root() + "/egl-" + lab->id_;
-  if (absl::Status s = lab->Setup(); !s.ok()) return s;  // ~Lab cleans up
-  return lab;
-}
-
-absl::Status Lab::Setup() {
-  if (auto s = SetupNamespaces(); !s.ok()) return s;
-  return StartLabServers(impl_.get(), hosts_netns(), hosts_ifname());
-}
-
-absl::Status Lab::SetupNamespaces() {
-  for (const std::string& ns : {client_netns_name(), hosts_netns_name()}) {
-    if (auto s = RunChecked({"ip", "netns", "add", ns}); !s.ok()) return s;
-    (ns == client_netns_name() ? impl_->client_ns_added : impl_->hosts_ns_added) = true;
-  }
-  // Defaults first, so the veth ends inherit them when they are created.
-  const std::vector<std::pair<std::string, std::string>> sysctls = {
+// Namespace defaults, set before any veth end exists so the ends inherit them.
+const std::vector<std::pair<std::string, std::string>>& NamespaceSysctls() {
+  static const std::vector<std::pair<std::string, std::string>> v = {
       {"net.ipv6.conf.all.accept_dad", "0"},     {"net.ipv6.conf.default.accept_dad", "0"},
       {"net.ipv6.conf.all.accept_ra", "0"},      {"net.ipv6.conf.default.accept_ra", "0"},
       {"net.ipv6.conf.all.router_solicitations", "0"},
@@ -197,40 +169,32 @@ absl::Status Lab::SetupNamespaces() {
       {"net.ipv4.conf.all.accept_local", "1"},   {"net.ipv4.conf.default.accept_local", "1"},
       {"net.ipv4.icmp_ratelimit", "0"},          {"net.ipv6.icmp.ratelimit", "0"},
   };
-  for (const std::string& ns : {client_netns(), hosts_netns()}) {
-    for (const auto& [k, v] : sysctls) {
-      if (auto s = SetSysctl(ns, k, v); !s.ok()) return s;
-    }
-  }
-  if (auto s = RunChecked({"ip", "link", "add", client_if_, "netns", client_netns_name(), "type",
-                           "veth", "peer", "name", hosts_if_, "netns", hosts_netns_name()});
-      !s.ok())
-    return s;
-  std::vector<std::string> client = {
-      "link set lo up",
-      absl::StrCat("link set ", client_if_, " up"),
-      absl::StrCat("addr add ", kClientV4, "/24 dev ", client_if_),
-      absl::StrCat("addr add ", kClientV6, "/64 dev ", client_if_, " nodad"),
-      absl::StrCat("route add default via ", kGatewayV4, " dev ", client_if_),
-      absl::StrCat("route add default via ", kGatewayV6, " dev ", client_if_),
-  };
-  std::vector<std::string> hosts = {
-      "link set lo up",
-      absl::StrCat("link set ", hosts_if_, " up"),
-      absl::StrCat("addr add ", kGatewayV4, "/24 dev ", hosts_if_),
-      absl::StrCat("addr add ", kGatewayV6, "/64 dev ", hosts_if_, " nodad"),
-  };
-  for (const auto& a : HostAddressesV4()) hosts.push_back(absl::StrCat("addr add ", a, "/32 dev lo"));
-  for (const auto& a : HostAddressesV6()) hosts.push_back(absl::StrCat("addr add ", a, "/128 dev lo"));
-  if (auto s = IpBatch(client_netns_name(), client); !s.ok()) return s;
-  if (auto s = IpBatch(hosts_netns_name(), hosts); !s.ok()) return s;
+  return v;
+}
 
-  // Wait for carrier on both ends and no tentative address anywhere.
+// The node routes as a CNI's host does: forwarding on, no redirects (each pod
+// is its own link), and source-routed IPv4 handled rather than dropped on
+// receipt, so a loose source route reaches the world as a real node forwards
+// it and the lab can show where egressd stops it.
+const std::vector<std::pair<std::string, std::string>>& NodeSysctls() {
+  static const std::vector<std::pair<std::string, std::string>> v = {
+      {"net.ipv4.ip_forward", "1"},
+      {"net.ipv6.conf.all.forwarding", "1"},
+      {"net.ipv6.conf.default.forwarding", "1"},
+      {"net.ipv4.conf.all.send_redirects", "0"},
+      {"net.ipv4.conf.default.send_redirects", "0"},
+      {"net.ipv4.conf.all.accept_source_route", "1"},
+      {"net.ipv4.conf.default.accept_source_route", "1"},
+  };
+  return v;
+}
+
+// Waits for carrier on every (netns, device) and no tentative address in them.
+absl::Status WaitLinksUp(const std::vector<std::pair<std::string, std::string>>& links) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {
     bool ready = true;
-    for (const auto& [ns, dev] : {std::pair{client_netns_name(), client_if_},
-                                  std::pair{hosts_netns_name(), hosts_if_}}) {
+    for (const auto& [ns, dev] : links) {
       auto link = IpOutput({"ip", "-n", ns, "-o", "link", "show", "dev", dev});
       auto tent = IpOutput({"ip", "-n", ns, "-6", "-o", "addr", "show", "tentative"});
       if (!link.ok()) return link.status();
@@ -242,8 +206,132 @@ absl::Status Lab::SetupNamespaces() {
     if (ready) return absl::OkStatus();
     if (std::chrono::steady_clock::now() > deadline)
       return absl::DeadlineExceededError("lab links did not come up / addresses stayed tentative");
+    // Carrier and DAD state change without a signal we can wait on here.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+}  // namespace
+
+Lab::Lab() : impl_(std::make_unique<Impl>()) {}
+
+Lab::~Lab() { Teardown(); }
+
+std::string Lab::node_netns() const { return std::string(kNetnsDir) + "/" + node_netns_name(); }
+std::string Lab::world_netns() const { return std::string(kNetnsDir) + "/" + world_netns_name(); }
+
+absl::StatusOr<std::unique_ptr<Lab>> Lab::Create() {
+  SweepStale();
+  std::unique_ptr<Lab> lab(new Lab());
+  for (int attempt = 0;; ++attempt) {
+    lab->id_ = fmt::format("{}-{}", getpid(), RandomHex(4));
+    std::error_code ec;
+    if (!fs::exists(lab->node_netns(), ec) && !fs::exists(lab->world_netns(), ec)) break;
+    if (attempt > 20) return absl::AlreadyExistsError("could not pick a free lab id");
+  }
+  {
+    std::lock_guard<std::mutex> l(g_live_mu);
+    g_live_ids.insert(lab->id_);
+  }
+  lab->link_tag_ = "egl-" + RandomHex(4);
+  lab->uplink_if_ = lab->link_tag_ + "-up";
+  lab->world_if_ = lab->link_tag_ + "-w";
+  lab->impl_->cgroup_base = cgroup2_root() + "/egl-" + lab->id_;
+  if (absl::Status s = lab->Setup(); !s.ok()) return s;  // ~Lab cleans up
+  return lab;
+}
+
+absl::Status Lab::Setup() {
+  if (auto s = SetupNodeAndWorld(); !s.ok()) return s;
+  if (auto pod = AddPod(); !pod.ok()) return pod.status();
+  return StartLabServers(impl_.get(), world_netns(), world_if_);
+}
+
+absl::Status Lab::AddNamespace(const std::string& name) {
+  if (auto s = RunChecked({"ip", "netns", "add", name}); !s.ok()) return s;
+  impl_->netns_added.push_back(name);
+  for (const auto& [k, v] : NamespaceSysctls()) {
+    if (auto s = SetSysctl(std::string(kNetnsDir) + "/" + name, k, v); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Lab::SetupNodeAndWorld() {
+  if (auto s = AddNamespace(node_netns_name()); !s.ok()) return s;
+  if (auto s = AddNamespace(world_netns_name()); !s.ok()) return s;
+  for (const auto& [k, v] : NodeSysctls()) {
+    if (auto s = SetSysctl(node_netns(), k, v); !s.ok()) return s;
+  }
+  if (auto s = RunChecked({"ip", "link", "add", uplink_if_, "netns", node_netns_name(), "type",
+                           "veth", "peer", "name", world_if_, "netns", world_netns_name()});
+      !s.ok())
+    return s;
+  std::vector<std::string> node = {
+      "link set lo up",
+      absl::StrCat("link set ", uplink_if_, " up"),
+      absl::StrCat("addr add ", kNodeUplinkV4, "/30 dev ", uplink_if_),
+      absl::StrCat("addr add ", kNodeUplinkV6, "/64 dev ", uplink_if_, " nodad"),
+      absl::StrCat("route add default via ", kWorldLinkV4, " dev ", uplink_if_),
+      absl::StrCat("route add default via ", kWorldLinkV6, " dev ", uplink_if_),
+  };
+  std::vector<std::string> world = {
+      "link set lo up",
+      absl::StrCat("link set ", world_if_, " up"),
+      absl::StrCat("addr add ", kWorldLinkV4, "/30 dev ", world_if_),
+      absl::StrCat("addr add ", kWorldLinkV6, "/64 dev ", world_if_, " nodad"),
+      absl::StrCat("route add ", kPodRangeV4, " via ", kNodeUplinkV4, " dev ", world_if_),
+      absl::StrCat("route add ", kPodRangeV6, " via ", kNodeUplinkV6, " dev ", world_if_),
+  };
+  for (const auto& a : HostAddressesV4()) world.push_back(absl::StrCat("addr add ", a, "/32 dev lo"));
+  for (const auto& a : HostAddressesV6()) world.push_back(absl::StrCat("addr add ", a, "/128 dev lo"));
+  if (auto s = IpBatch(node_netns_name(), node); !s.ok()) return s;
+  if (auto s = IpBatch(world_netns_name(), world); !s.ok()) return s;
+  return WaitLinksUp({{node_netns_name(), uplink_if_}, {world_netns_name(), world_if_}});
+}
+
+absl::StatusOr<const Pod*> Lab::AddPod() {
+  const int n = static_cast<int>(pods_.size());
+  if (n > 200) return absl::ResourceExhaustedError("a lab has at most 201 pods");
+  auto pod = std::make_unique<Pod>();
+  pod->index = n;
+  pod->netns_name = absl::StrCat("egl-", id_, "-p", n);
+  pod->netns = std::string(kNetnsDir) + "/" + pod->netns_name;
+  pod->ifname = "eth0";
+  pod->node_ifname = absl::StrCat(link_tag_, "-p", n);
+  pod->v4 = absl::StrCat("10.244.0.", n + 2);
+  pod->v6 = fmt::format("fd00:244::{:x}", n + 2);
+  if (auto s = AddNamespace(pod->netns_name); !s.ok()) return s;
+  if (auto s = RunChecked({"ip", "link", "add", pod->ifname, "netns", pod->netns_name, "type",
+                           "veth", "peer", "name", pod->node_ifname, "netns", node_netns_name()});
+      !s.ok())
+    return s;
+  // As a point-to-point CNI: the pod's only addresses are host routes, its
+  // gateway is the node's address on the peer, and the node reaches the pod
+  // by a host route over that veth.
+  std::vector<std::string> in_pod = {
+      "link set lo up",
+      absl::StrCat("link set ", pod->ifname, " up"),
+      absl::StrCat("addr add ", pod->v4, "/32 dev ", pod->ifname),
+      absl::StrCat("addr add ", pod->v6, "/128 dev ", pod->ifname, " nodad"),
+      absl::StrCat("route add ", kPodGatewayV4, "/32 dev ", pod->ifname, " scope link"),
+      absl::StrCat("route add ", kPodGatewayV6, "/128 dev ", pod->ifname),
+      absl::StrCat("route add default via ", kPodGatewayV4, " dev ", pod->ifname),
+      absl::StrCat("route add default via ", kPodGatewayV6, " dev ", pod->ifname),
+  };
+  std::vector<std::string> in_node = {
+      absl::StrCat("link set ", pod->node_ifname, " up"),
+      absl::StrCat("addr add ", kPodGatewayV4, "/32 dev ", pod->node_ifname),
+      absl::StrCat("addr add ", kPodGatewayV6, "/128 dev ", pod->node_ifname, " nodad"),
+      absl::StrCat("route add ", pod->v4, "/32 dev ", pod->node_ifname),
+      absl::StrCat("route add ", pod->v6, "/128 dev ", pod->node_ifname),
+  };
+  if (auto s = IpBatch(pod->netns_name, in_pod); !s.ok()) return s;
+  if (auto s = IpBatch(node_netns_name(), in_node); !s.ok()) return s;
+  if (auto s = WaitLinksUp({{pod->netns_name, pod->ifname}, {node_netns_name(), pod->node_ifname}});
+      !s.ok())
+    return s;
+  pods_.push_back(std::move(pod));
+  return pods_.back().get();
 }
 
 void Lab::Teardown() {
@@ -254,12 +342,11 @@ void Lab::Teardown() {
     if (auto s = RemoveCgroupTree(impl_->cgroup_base); !s.ok())
       spdlog::warn("lab teardown: {}", s.ToString());
   }
-  for (const auto& [added, name, path] :
-       {std::tuple{impl_->client_ns_added, client_netns_name(), client_netns()},
-        std::tuple{impl_->hosts_ns_added, hosts_netns_name(), hosts_netns()}}) {
-    if (!added) continue;
-    KillProcessesInNetns(path);
-    if (auto s = RunChecked({"ip", "netns", "del", name}); !s.ok())
+  // Pods first (newest first), then the world and the node: deleting a
+  // namespace deletes the veths in it, and with them their peers.
+  for (auto it = impl_->netns_added.rbegin(); it != impl_->netns_added.rend(); ++it) {
+    KillProcessesInNetns(std::string(kNetnsDir) + "/" + *it);
+    if (auto s = RunChecked({"ip", "netns", "del", *it}); !s.ok())
       spdlog::warn("lab teardown: {}", s.ToString());
   }
   std::lock_guard<std::mutex> l(g_live_mu);
@@ -328,6 +415,11 @@ uint64_t Lab::PacketsTo(std::string_view addr, int ip_proto) const {
   return Parse(addr, &a) ? impl_->counters.Packets(a, ip_proto, -1, false) : 0;
 }
 
+uint64_t Lab::FlowsOpenedTo(std::string_view addr) const {
+  Addr16 a;
+  return Parse(addr, &a) ? impl_->counters.FlowsOpened(a) : 0;
+}
+
 uint64_t Lab::PacketsFirstHeader(std::string_view addr, int first_header) const {
   Addr16 a;
   return Parse(addr, &a) ? impl_->counters.Packets(a, -1, first_header, false) : 0;
@@ -353,15 +445,49 @@ bool Lab::WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds t
 
 void Lab::Settle(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
 
+absl::Status Lab::Drain(const std::string& netns) const {
+  static std::atomic<uint64_t> seq{0};
+  const std::string from = netns.empty() ? client_netns() : netns;
+  std::vector<std::string> tokens;
+  absl::Status sent = InNetns(from, [&]() -> absl::Status {
+    for (const char* dst : {kWorldLinkV4, kWorldLinkV6}) {
+      Addr16 a;
+      CanonicalAddress(dst, &a);
+      sockaddr_in6 sa{};
+      sa.sin6_family = AF_INET6;
+      sa.sin6_port = htons(kMarkerPort);
+      std::memcpy(&sa.sin6_addr, a.data(), 16);
+      int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) return ErrnoStatus("marker socket", errno);
+      std::string token = absl::StrCat("egl-drain-", id_, "-", seq++);
+      ssize_t n = sendto(fd, token.data(), token.size(), 0, reinterpret_cast<sockaddr*>(&sa),
+                         sizeof(sa));
+      int e = errno;
+      close(fd);
+      if (n != static_cast<ssize_t>(token.size()))
+        return ErrnoStatus(absl::StrCat("marker to ", dst, " from ", from), n < 0 ? e : EIO);
+      tokens.push_back(std::move(token));
+    }
+    return absl::OkStatus();
+  });
+  if (!sent.ok()) return sent;
+  for (const auto& t : tokens) {
+    if (!impl_->counters.WaitMarker(t, std::chrono::milliseconds(5000)))
+      return absl::DeadlineExceededError(
+          absl::StrCat("drain marker ", t, " from ", from, " never reached the world"));
+  }
+  return absl::OkStatus();
+}
+
 // ---- probe --------------------------------------------------------------------------
 
 namespace {
-RunSpec ProbeSpec(const Lab& lab, const std::vector<std::string>& args, std::string_view cgroup,
-                  bool hostile) {
+RunSpec ProbeSpec(const std::string& netns, const std::vector<std::string>& args,
+                  std::string_view cgroup, bool hostile) {
   RunSpec spec;
   spec.argv.push_back(BinaryPath("egressd-probe"));
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-  spec.netns = lab.client_netns();
+  spec.netns = netns;
   spec.cgroup = std::string(cgroup);
   spec.hostile = hostile;
   return spec;
@@ -370,14 +496,20 @@ RunSpec ProbeSpec(const Lab& lab, const std::vector<std::string>& args, std::str
 
 RunResult Lab::Probe(const std::vector<std::string>& args, std::string_view cgroup, bool hostile,
                      std::chrono::milliseconds timeout) const {
-  RunSpec spec = ProbeSpec(*this, args, cgroup, hostile);
+  return ProbeIn(client_netns(), args, cgroup, hostile, timeout);
+}
+
+RunResult Lab::ProbeIn(const std::string& netns, const std::vector<std::string>& args,
+                       std::string_view cgroup, bool hostile,
+                       std::chrono::milliseconds timeout) const {
+  RunSpec spec = ProbeSpec(netns, args, cgroup, hostile);
   spec.timeout = timeout;
   return Run(spec);
 }
 
 absl::StatusOr<Background> Lab::StartProbe(const std::vector<std::string>& args,
                                            std::string_view cgroup, bool hostile) const {
-  return Start(ProbeSpec(*this, args, cgroup, hostile));
+  return Start(ProbeSpec(client_netns(), args, cgroup, hostile));
 }
 
 }  // namespace egressd::lab

@@ -1,13 +1,22 @@
-// egressd test lab: a pair of network namespaces with lab hosts, servers
+// egressd test lab: a node with pods routed to a world of lab hosts, servers
 // that count what arrives, a packet capture, scratch cgroups and a process
 // runner. Everything a test sends stays inside the namespaces made here.
 //
-//   egl-<id>-c  "client" (the sandbox side)   veth 203.0.113.2/24, 2001:db8:ffff::2/64
-//                default routes via the hosts side
-//   egl-<id>-h  "hosts"                      veth 203.0.113.1/24, 2001:db8:ffff::1/64
-//                every lab destination below on `lo` (/32, /128)
+//   egl-<id>-p<N>  pod N (a sandbox's netns)  eth0 10.244.0.<N+2>/32, fd00:244::<N+2>/128
+//                  routes: the gateway on-link, default via it (as a CNI sets up)
+//        | veth
+//   egl-<id>-n     the node (egressd's netns)  egl-<r>-p<N>: gateway 10.244.0.1/32,
+//                  fd00:244::1/128 and the host route to pod N's /32 and /128;
+//                  forwarding on; egl-<r>-up 203.0.113.1/30, 2001:db8:ffff::1/64,
+//                  default route to the world
+//        | veth
+//   egl-<id>-w     the world                   egl-<r>-w 203.0.113.2/30, 2001:db8:ffff::2/64,
+//                  routes to the pod range via the node; every lab destination
+//                  below on `lo` (/32, /128); the servers, and the capture on
+//                  egl-<r>-w (what arrives at the lab hosts)
 //
-// <id> is "<pid>-<random hex>"; a Lab sweeps stale egl-* netns, cgroups and
+// Pod 0 exists from the start (client_netns()); AddPod() adds more. <id> is
+// "<pid>-<random hex>"; a Lab sweeps stale egl-* netns, cgroups and
 // root-namespace veths whose owner process is gone before it builds its own.
 #pragma once
 
@@ -30,11 +39,16 @@
 namespace egressd::lab {
 
 // ---- lab addresses ------------------------------------------------------------------
-// Link between the namespaces.
-inline constexpr const char* kClientV4 = "203.0.113.2";
-inline constexpr const char* kClientV6 = "2001:db8:ffff::2";
-inline constexpr const char* kGatewayV4 = "203.0.113.1";
-inline constexpr const char* kGatewayV6 = "2001:db8:ffff::1";
+// Pods and their gateway (the node's address on every pod-facing veth).
+inline constexpr const char* kPodGatewayV4 = "10.244.0.1";
+inline constexpr const char* kPodGatewayV6 = "fd00:244::1";
+inline constexpr const char* kPodRangeV4 = "10.244.0.0/24";
+inline constexpr const char* kPodRangeV6 = "fd00:244::/64";
+// The node's uplink and the world's end of it.
+inline constexpr const char* kNodeUplinkV4 = "203.0.113.1";
+inline constexpr const char* kNodeUplinkV6 = "2001:db8:ffff::1";
+inline constexpr const char* kWorldLinkV4 = "203.0.113.2";
+inline constexpr const char* kWorldLinkV6 = "2001:db8:ffff::2";
 
 // Lab hosts (configured on lo in the hosts namespace).
 inline constexpr const char* kPublicA4 = "192.0.2.10";
@@ -66,6 +80,9 @@ const std::vector<std::string>& HostAddressesV6();
 // Servers in the hosts namespace (all bound to :: dual stack).
 inline constexpr uint16_t kTcpPorts[] = {80, 443, 8080};  // count accepts, echo until EOF
 inline constexpr uint16_t kUdpPorts[] = {7000, 7001};     // count datagrams, echo back
+// Lab::Drain()'s markers go to the world's link addresses on this port, so no
+// lab host's counters ever see them.
+inline constexpr uint16_t kMarkerPort = 7999;
 
 inline constexpr int kProtoIcmp = 1;
 inline constexpr int kProtoTcp = 6;
@@ -136,10 +153,13 @@ absl::StatusOr<Background> Start(const RunSpec& spec);
 std::string BinaryPath(std::string_view name);
 
 // ---- probe output -------------------------------------------------------------------
-// One flat JSON object per line as printed by egressd-probe; values are kept as
-// text (strings unquoted, numbers/booleans as written).
+// One JSON object per line as printed by egressd-probe, parsed with
+// nlohmann-json; each member is kept as text: strings unquoted, anything else
+// (numbers, booleans, null, arrays, objects) in its compact JSON form.
 using ProbeLine = std::map<std::string, std::string>;
+// Every line of `out` that is a JSON object (other lines are skipped).
 std::vector<ProbeLine> ParseProbeLines(std::string_view out);
+// InvalidArgument naming the line unless it is exactly one JSON object.
 absl::StatusOr<ProbeLine> ParseProbeLine(std::string_view line);
 
 // ---- misc ---------------------------------------------------------------------------
@@ -163,7 +183,18 @@ struct CapturedPacket {
   int first_header = -1; // v4: protocol; v6: the IPv6 header's next-header
   bool v6 = false;
   bool ip_options = false;  // v4 header longer than 20 bytes
+  bool opens_flow = false;  // a TCP SYN without ACK, or any packet that is not TCP
   uint32_t length = 0;
+};
+
+// A pod: a network namespace behind a veth whose other end is in the node.
+struct Pod {
+  int index = 0;
+  std::string netns_name;   // egl-<id>-p<N>
+  std::string netns;        // /var/run/netns/egl-<id>-p<N>
+  std::string ifname;       // "eth0", inside the pod
+  std::string node_ifname;  // egl-<r>-p<N>, its peer in the node netns
+  std::string v4, v6;       // the pod's addresses (/32, /128)
 };
 
 class Lab {
@@ -174,18 +205,33 @@ class Lab {
   Lab& operator=(const Lab&) = delete;
 
   const std::string& id() const { return id_; }
-  std::string client_netns() const;  // /var/run/netns/egl-<id>-c
-  std::string hosts_netns() const;   // /var/run/netns/egl-<id>-h
-  std::string client_netns_name() const { return "egl-" + id_ + "-c"; }
-  std::string hosts_netns_name() const { return "egl-" + id_ + "-h"; }
-  const std::string& client_ifname() const { return client_if_; }
-  const std::string& hosts_ifname() const { return hosts_if_; }
+  // Pod 0, the default sandbox netns.
+  std::string client_netns() const { return pod().netns; }
+  std::string client_netns_name() const { return pod().netns_name; }
+  const std::string& client_ifname() const { return pod().ifname; }
+  // The node: egressd's netns (EGRESSD_NODE_NETNS), the pods' router.
+  std::string node_netns() const;        // /var/run/netns/egl-<id>-n
+  std::string node_netns_name() const { return "egl-" + id_ + "-n"; }
+  const std::string& node_uplink_ifname() const { return uplink_if_; }
+  // The world: the lab hosts, servers and capture.
+  std::string world_netns() const;       // /var/run/netns/egl-<id>-w
+  std::string world_netns_name() const { return "egl-" + id_ + "-w"; }
+  const std::string& world_ifname() const { return world_if_; }
+
+  // Another pod, routed by the node like the first; lives until the Lab does.
+  absl::StatusOr<const Pod*> AddPod();
+  const Pod& pod(size_t index = 0) const { return *pods_.at(index); }
+  size_t pod_count() const { return pods_.size(); }
 
   // Counters (thread-safe). Addresses compare canonically.
   uint64_t TcpAccepts(std::string_view addr, uint16_t port) const;
   uint64_t UdpDatagrams(std::string_view addr, uint16_t port) const;
-  uint64_t PacketsTo(std::string_view addr) const;               // captured from the client
+  // Captured arriving at the world from the node (any pod, or the node itself).
+  uint64_t PacketsTo(std::string_view addr) const;
   uint64_t PacketsTo(std::string_view addr, int ip_proto) const; // final protocol
+  // Packets that open a flow (CapturedPacket::opens_flow): what a new attempt
+  // sends, never a previous connection's FIN or ACK.
+  uint64_t FlowsOpenedTo(std::string_view addr) const;
   uint64_t PacketsFirstHeader(std::string_view addr, int first_header) const;
   uint64_t PacketsToWithIpOptions(std::string_view addr) const;  // v4 only
   std::vector<CapturedPacket> Captured() const;  // last 4096 packets, oldest first
@@ -195,8 +241,15 @@ class Lab {
   // Polls `pred` every 5 ms until it is true or `timeout` passes.
   static bool WaitFor(const std::function<bool()>& pred,
                       std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
-  // Waits long enough for anything in flight to arrive; use before asserting a zero.
+  // Waits long enough for anything in flight to arrive. Only where no ordering
+  // signal exists; prefer Drain().
   static void Settle(std::chrono::milliseconds d = std::chrono::milliseconds(300));
+  // Sends a marker datagram (v4 and v6) from `netns` (empty: pod 0) to the
+  // world over the same veths and router a sandbox's packets take, from
+  // outside any lab cgroup, and waits until the world received both. Anything
+  // a sandbox sent from that netns before was queued ahead of the markers, so
+  // after Drain() a zero count is "nothing arrived", not "not yet".
+  absl::Status Drain(const std::string& netns = "") const;
 
   // Cgroups: <cgroup2>/egl-<id>/<relative> (nested allowed), removed (members
   // killed) by the destructor. cgroup_base() is <cgroup2>/egl-<id>.
@@ -204,13 +257,17 @@ class Lab {
   absl::StatusOr<std::string> MakeCgroup(std::string_view relative);
   std::string cgroup_base() const;
 
-  // Convenience: egressd-probe in the client namespace.
+  // Convenience: egressd-probe in pod 0's namespace.
   RunResult Probe(const std::vector<std::string>& args, std::string_view cgroup = "",
                   bool hostile = true,
                   std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) const;
   absl::StatusOr<Background> StartProbe(const std::vector<std::string>& args,
                                         std::string_view cgroup = "",
                                         bool hostile = true) const;
+  // egressd-probe in another namespace (a pod's, the node's).
+  RunResult ProbeIn(const std::string& netns, const std::vector<std::string>& args,
+                    std::string_view cgroup = "", bool hostile = true,
+                    std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) const;
 
   // Removes egl-* netns / cgroups / root-ns veths whose owner process is gone.
   // Called by Create(); returns how many objects were removed.
@@ -221,12 +278,14 @@ class Lab {
  private:
   Lab();
   absl::Status Setup();
-  absl::Status SetupNamespaces();
-  absl::Status StartServers();
+  absl::Status SetupNodeAndWorld();
+  absl::Status AddNamespace(const std::string& name);
   void Teardown();
 
   std::string id_;
-  std::string client_if_, hosts_if_;
+  std::string link_tag_;  // "egl-<r>": prefix of every veth end outside the pods
+  std::string uplink_if_, world_if_;
+  std::vector<std::unique_ptr<Pod>> pods_;
   std::unique_ptr<Impl> impl_;
 };
 

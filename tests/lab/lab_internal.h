@@ -3,7 +3,9 @@
 
 #include <array>
 #include <cstdint>
+#include <condition_variable>
 #include <deque>
+#include <set>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -48,16 +50,23 @@ class Counters {
   void TcpAccept(const Addr16& local, uint16_t port);
   void UdpDatagram(const Addr16& dst, uint16_t port);
   void Packet(const CapturedPacket& p);
+  void Marker(std::string token);  // kept across Reset()
   void Reset();
 
   uint64_t Tcp(const Addr16& a, uint16_t port) const;
   uint64_t Udp(const Addr16& a, uint16_t port) const;
   uint64_t Packets(const Addr16& a, int proto, int first_header, bool options_only) const;
+  uint64_t FlowsOpened(const Addr16& a) const;
   std::vector<CapturedPacket> Log() const;
   std::string Summary() const;
+  // Waits until Marker(token) was seen (true) or the timeout passes.
+  bool WaitMarker(const std::string& token, std::chrono::milliseconds timeout) const;
 
  private:
   mutable std::mutex mu_;
+  mutable std::condition_variable marker_cv_;
+  std::set<std::string> markers_;
+  std::map<Addr16, uint64_t> flows_opened_;
   std::map<std::pair<Addr16, uint16_t>, uint64_t> tcp_, udp_;
   // (dst, proto, first_header, has_options)
   std::map<std::tuple<Addr16, int, int, bool>, uint64_t> packets_;
@@ -68,14 +77,16 @@ struct Lab::Impl {
   Counters counters;
   std::string cgroup_base;  // absolute, created lazily
   bool cgroup_created = false;
-  bool client_ns_added = false, hosts_ns_added = false;
+  std::vector<std::string> netns_added;  // names, in creation order
   int stop_fd = -1;  // eventfd: servers and capture exit when readable
   std::vector<std::thread> threads;
 };
 
 // Server/capture threads (lab_servers.cc). Returns once the sockets exist.
-absl::Status StartLabServers(Lab::Impl* impl, const std::string& hosts_netns,
-                             const std::string& hosts_ifname);
+// The servers and the capture live in the world netns; the capture listens on
+// `capture_ifname`, the world's link to the node.
+absl::Status StartLabServers(Lab::Impl* impl, const std::string& world_netns,
+                             const std::string& capture_ifname);
 void StopLabServers(Lab::Impl* impl);
 
 }  // namespace egressd::lab

@@ -59,15 +59,27 @@ std::string Show(const ProbeLine& l) {
 
 // ---- tests without a lab -----------------------------------------------------------
 
-TEST(ProbeLineTest, ParsesFlatJson) {
-  auto l = ParseProbeLine(R"({"op":"tcp","dst":"1.2.3.4","port":80,"echo":true,"s":"a\"b\n"})");
+TEST(ProbeLineTest, ParsesJsonObjects) {
+  auto l = ParseProbeLine(
+      R"({"op":"tcp","dst":"1.2.3.4","port":80,"echo":true,"s":"a\"b\n\u00e9","n":null,)"
+      R"("v":[1,"x"],"o":{"k":2}})");
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ((*l)["op"], "tcp");
   EXPECT_EQ((*l)["port"], "80");
   EXPECT_EQ((*l)["echo"], "true");
-  EXPECT_EQ((*l)["s"], "a\"b\n");
-  EXPECT_FALSE(ParseProbeLine("not json").ok());
-  EXPECT_EQ(ParseProbeLines("{\"a\":1}\nnoise\n{\"b\":\"x\"}\n").size(), 2u);
+  EXPECT_EQ((*l)["s"], "a\"b\n\xc3\xa9") << "escapes decoded, \\u to UTF-8";
+  EXPECT_EQ((*l)["n"], "null");
+  EXPECT_EQ((*l)["v"], R"([1,"x"])");
+  EXPECT_EQ((*l)["o"], R"({"k":2})");
+  for (const char* bad : {"not json", "[1,2]", "\"s\"", "{\"a\":1", "{\"a\":1} trailing", ""}) {
+    auto r = ParseProbeLine(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) EXPECT_TRUE(absl::StrContains(r.status().message(), bad)) << r.status();
+  }
+  auto lines = ParseProbeLines("{\"a\":1}\nnoise\n {\"b\":\"x\"} \n{broken\n");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["a"], "1");
+  EXPECT_EQ(lines[1]["b"], "x");
 }
 
 TEST(AddressTest, Canonical) {
@@ -143,15 +155,23 @@ TEST(LabLifecycleTest, DestructorRemovesEverything) {
   auto lab_or = Lab::Create();
   ASSERT_TRUE(lab_or.ok()) << lab_or.status();
   std::unique_ptr<Lab> lab = *std::move(lab_or);
-  const std::string cns = lab->client_netns_name(), hns = lab->hosts_netns_name();
+  auto second = lab->AddPod();
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::vector<std::string> names = {lab->client_netns_name(), (*second)->netns_name,
+                                          lab->node_netns_name(), lab->world_netns_name()};
+  const std::string cns = names[0];
   const std::string base = lab->cgroup_base();
-  EXPECT_TRUE(fs::exists(lab->client_netns()));
-  EXPECT_TRUE(fs::exists(lab->hosts_netns()));
   std::string list = NetnsList();
-  EXPECT_TRUE(absl::StrContains(list, cns)) << list;
-  EXPECT_TRUE(absl::StrContains(list, hns)) << list;
-  EXPECT_FALSE(absl::StrContains(RootLinks(), lab->client_ifname()))
-      << "the veth must live only inside the lab namespaces";
+  for (const auto& n : names) {
+    EXPECT_TRUE(fs::exists("/var/run/netns/" + n)) << n;
+    EXPECT_TRUE(absl::StrContains(list, n)) << list;
+  }
+  const std::string root_links = RootLinks();
+  for (const auto& ifname : {lab->pod(0).node_ifname, (*second)->node_ifname,
+                             lab->node_uplink_ifname(), lab->world_ifname()}) {
+    EXPECT_FALSE(absl::StrContains(root_links, ifname))
+        << ifname << ": the veths must live only inside the lab namespaces";
+  }
 
   auto cg = lab->MakeCgroup("a/b");
   ASSERT_TRUE(cg.ok()) << cg.status();
@@ -173,9 +193,10 @@ TEST(LabLifecycleTest, DestructorRemovesEverything) {
   lab.reset();
 
   list = NetnsList();
-  EXPECT_FALSE(absl::StrContains(list, cns)) << list;
-  EXPECT_FALSE(absl::StrContains(list, hns)) << list;
-  EXPECT_FALSE(fs::exists("/var/run/netns/" + cns));
+  for (const auto& n : names) {
+    EXPECT_FALSE(absl::StrContains(list, n)) << list;
+    EXPECT_FALSE(fs::exists("/var/run/netns/" + n)) << n;
+  }
   EXPECT_FALSE(fs::exists(base)) << base;
   RunResult h = held->Wait(milliseconds(2000));
   EXPECT_FALSE(h.timed_out) << "cgroup member survived the lab";
@@ -194,7 +215,7 @@ TEST(LabLifecycleTest, SweepRemovesOnlyStaleObjects) {
   const std::string stale = absl::StrCat("egl-", dead, "-beef");
   // Ours, made after we started: not stale while we live (and swept once we are gone).
   const std::string live = absl::StrCat("egl-", getpid(), "-cafe");
-  for (const auto& name : {stale + "-c", live + "-c"}) {
+  for (const auto& name : {stale + "-c", stale + "-n", stale + "-p3", live + "-c"}) {
     RunSpec s;
     s.argv = {"ip", "netns", "add", name};
     ASSERT_EQ(lab::Run(s).exit_code, 0) << name;
@@ -212,10 +233,12 @@ TEST(LabLifecycleTest, SweepRemovesOnlyStaleObjects) {
   auto b = Start(in_ns);
   ASSERT_TRUE(b.ok()) << b.status();
 
-  EXPECT_GE(Lab::SweepStale(), 2);
+  EXPECT_GE(Lab::SweepStale(), 4);
 
   EXPECT_FALSE(fs::exists(cg));
   EXPECT_FALSE(fs::exists("/var/run/netns/" + stale + "-c"));
+  EXPECT_FALSE(fs::exists("/var/run/netns/" + stale + "-n"));
+  EXPECT_FALSE(fs::exists("/var/run/netns/" + stale + "-p3"));
   EXPECT_TRUE(fs::exists("/var/run/netns/" + live + "-c")) << "swept an object of a live pid";
   EXPECT_EQ(a->Wait(milliseconds(2000)).exit_code, -SIGKILL);
   EXPECT_EQ(b->Wait(milliseconds(2000)).exit_code, -SIGKILL);
@@ -246,6 +269,123 @@ class LabTest : public ::testing::Test {
   static std::unique_ptr<Lab> lab_;
 };
 std::unique_ptr<Lab> LabTest::lab_;
+
+// ---- topology: pods routed by the node to the world --------------------------------
+
+std::string IpIn(const std::string& netns_name, const std::vector<std::string>& args) {
+  RunSpec s;
+  s.argv = {"ip", "-n", netns_name};
+  s.argv.insert(s.argv.end(), args.begin(), args.end());
+  return lab::Run(s).out;
+}
+
+TEST_F(LabTest, PodsAreRoutedByTheNodeAsACniDoes) {
+  const Pod& pod = lab_->pod(0);
+  EXPECT_EQ(lab_->client_netns(), pod.netns);
+  const std::string routes4 = IpIn(pod.netns_name, {"-4", "route", "show"});
+  const std::string routes6 = IpIn(pod.netns_name, {"-6", "route", "show"});
+  EXPECT_TRUE(absl::StrContains(routes4, absl::StrCat("default via ", kPodGatewayV4, " dev eth0")))
+      << routes4;
+  EXPECT_TRUE(absl::StrContains(routes6, absl::StrCat("default via ", kPodGatewayV6, " dev eth0")))
+      << routes6;
+  const std::string node4 = IpIn(lab_->node_netns_name(), {"-4", "route", "show"});
+  const std::string node6 = IpIn(lab_->node_netns_name(), {"-6", "route", "show"});
+  EXPECT_TRUE(absl::StrContains(node4, absl::StrCat(pod.v4, " dev ", pod.node_ifname))) << node4;
+  EXPECT_TRUE(absl::StrContains(node6, absl::StrCat(pod.v6, " dev ", pod.node_ifname))) << node6;
+  EXPECT_TRUE(absl::StrContains(node4, absl::StrCat("default via ", kWorldLinkV4))) << node4;
+  EXPECT_EQ(*GetSysctl(lab_->node_netns(), "net.ipv4.ip_forward"), "1");
+  EXPECT_EQ(*GetSysctl(lab_->node_netns(), "net.ipv6.conf.all.forwarding"), "1");
+  // The lab hosts live in the world only: not in the node, not in the pod.
+  EXPECT_FALSE(absl::StrContains(IpIn(lab_->node_netns_name(), {"addr"}), kPublicA4));
+  EXPECT_FALSE(absl::StrContains(IpIn(pod.netns_name, {"addr"}), kPublicA4));
+  EXPECT_TRUE(absl::StrContains(IpIn(lab_->world_netns_name(), {"addr", "show", "dev", "lo"}),
+                                kPublicA4));
+}
+
+TEST_F(LabTest, PodReachesTheWorldThroughTheNodeV4AndV6) {
+  // The world sees the pod's own address as the source (routed, not NATed)
+  // and the hop limit one lower (forwarded once, by the node).
+  ProbeLine v4 = P({"udp-connected", kPublicA4, "7000"});
+  ProbeLine v6 = P({"udp-connected", kPublicA6, "7000"});
+  EXPECT_EQ(v4["echo"], "true") << Show(v4);
+  EXPECT_EQ(v6["echo"], "true") << Show(v6);
+  ASSERT_TRUE(Lab::WaitFor([&] {
+    return lab_->UdpDatagrams(kPublicA4, 7000) == 1 && lab_->UdpDatagrams(kPublicA6, 7000) == 1;
+  })) << lab_->CountersSummary();
+  std::array<uint8_t, 16> pod4, pod6, a4, a6;
+  ASSERT_TRUE(CanonicalAddress(lab_->pod(0).v4, &pod4) && CanonicalAddress(lab_->pod(0).v6, &pod6));
+  ASSERT_TRUE(CanonicalAddress(kPublicA4, &a4) && CanonicalAddress(kPublicA6, &a6));
+  int from_pod4 = 0, from_pod6 = 0;
+  for (const CapturedPacket& p : lab_->Captured()) {
+    if (p.dst == a4 && p.src == pod4 && p.proto == kProtoUdp) ++from_pod4;
+    if (p.dst == a6 && p.src == pod6 && p.proto == kProtoUdp) ++from_pod6;
+  }
+  EXPECT_EQ(from_pod4, 1);
+  EXPECT_EQ(from_pod6, 1);
+}
+
+TEST_F(LabTest, ASecondPodHasItsOwnNetnsAndAddressesAndIsRoutedToo) {
+  if (lab_->pod_count() < 2) ASSERT_TRUE(lab_->AddPod().ok());
+  const Pod& second = lab_->pod(1);
+  EXPECT_EQ(second.index, 1);
+  EXPECT_NE(second.netns, lab_->pod(0).netns);
+  EXPECT_NE(second.v4, lab_->pod(0).v4);
+  EXPECT_NE(second.v6, lab_->pod(0).v6);
+  EXPECT_NE(second.node_ifname, lab_->pod(0).node_ifname);
+  ProbeLine info = One(lab_->ProbeIn(second.netns, {"info"}));
+  struct stat st;
+  ASSERT_EQ(stat(second.netns.c_str(), &st), 0);
+  EXPECT_EQ(info["netns"], absl::StrCat("net:[", st.st_ino, "]"));
+  ProbeLine v4 = One(lab_->ProbeIn(second.netns, {"tcp", kPublicB4, "443"}));
+  ProbeLine v6 = One(lab_->ProbeIn(second.netns, {"tcp", kPublicB6, "443"}));
+  EXPECT_EQ(v4["echo"], "true") << Show(v4);
+  EXPECT_EQ(v6["echo"], "true") << Show(v6);
+  EXPECT_TRUE(Lab::WaitFor([&] {
+    return lab_->TcpAccepts(kPublicB4, 443) == 1 && lab_->TcpAccepts(kPublicB6, 443) == 1;
+  })) << lab_->CountersSummary();
+  std::array<uint8_t, 16> src;
+  ASSERT_TRUE(CanonicalAddress(second.v4, &src));
+  bool from_second = false;
+  for (const CapturedPacket& p : lab_->Captured()) from_second |= p.src == src;
+  EXPECT_TRUE(from_second) << "the world saw the second pod's address";
+  // Pods reach each other through the node too (nothing in the lab isolates them).
+  ProbeLine ping = One(lab_->ProbeIn(second.netns, {"raw-icmp", lab_->pod(0).v4}));
+  EXPECT_EQ(ping["echo"], "true") << Show(ping);
+  EXPECT_TRUE(lab_->Drain(second.netns).ok());
+}
+
+TEST_F(LabTest, NodeNetnsIsReachableFromAPodAndRoutesItself) {
+  // The pod's gateway is the node; the node reaches the world on its own.
+  ProbeLine gw4 = P({"raw-icmp", kPodGatewayV4});
+  ProbeLine gw6 = P({"raw-icmp", kPodGatewayV6});
+  EXPECT_EQ(gw4["echo"], "true") << Show(gw4);
+  EXPECT_EQ(gw6["echo"], "true") << Show(gw6);
+  ProbeLine from_node = One(lab_->ProbeIn(lab_->node_netns(), {"tcp", kPublicC4, "80"}));
+  EXPECT_EQ(from_node["echo"], "true") << Show(from_node);
+  ProbeLine from_node6 = One(lab_->ProbeIn(lab_->node_netns(), {"udp-sendto", kPublicC6, "7001"}));
+  EXPECT_EQ(from_node6["echo"], "true") << Show(from_node6);
+  EXPECT_TRUE(Lab::WaitFor([&] {
+    return lab_->TcpAccepts(kPublicC4, 80) == 1 && lab_->UdpDatagrams(kPublicC6, 7001) == 1;
+  })) << lab_->CountersSummary();
+  // The pod's gateway pings never reached the world: the node answered them.
+  ASSERT_TRUE(lab_->Drain().ok());
+  EXPECT_EQ(lab_->PacketsTo(kPodGatewayV4), 0u);
+}
+
+TEST_F(LabTest, DrainWaitsForTheMarkersAndCountsOnlyFlowOpeners) {
+  ASSERT_TRUE(lab_->Drain().ok());
+  ASSERT_TRUE(lab_->Drain(lab_->node_netns()).ok());
+  EXPECT_EQ(lab_->PacketsTo(kPublicA4), 0u) << "markers go to the world's link address only";
+  ProbeLine l = P({"tcp", kPublicA4, "80"});
+  EXPECT_EQ(l["result"], "ok") << Show(l);
+  ASSERT_TRUE(Lab::WaitFor([&] { return lab_->TcpAccepts(kPublicA4, 80) == 1; }));
+  ASSERT_TRUE(lab_->Drain().ok());
+  // SYN, ACK, data, FIN...: several packets, one of which opened the flow.
+  EXPECT_GE(lab_->PacketsTo(kPublicA4, kProtoTcp), 3u) << lab_->CountersSummary();
+  EXPECT_EQ(lab_->FlowsOpenedTo(kPublicA4), 1u) << lab_->CountersSummary();
+  P({"udp-sendto", kPublicA6, "7000"});
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab_->FlowsOpenedTo(kPublicA6) == 1; }));
+}
 
 TEST_F(LabTest, HostileProbeRunsWithOnlyNetRawInTheClientNetns) {
   ProbeLine l = P({"info"});

@@ -1,6 +1,7 @@
-// Lab servers (TCP echo, UDP echo with per-destination counts) and the
-// AF_PACKET capture on the hosts-side veth. Both run on threads that joined
-// the hosts namespace; sockets belong to the namespace they were created in.
+// Lab servers (TCP echo, UDP echo with per-destination counts, the drain
+// markers) and the AF_PACKET capture on the world's veth to the node. Both run
+// on threads that joined the world namespace; sockets belong to the namespace
+// they were created in.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/if_ether.h>
@@ -78,6 +79,9 @@ class Servers {
       udp_port_[fd] = port;
       Watch(fd, EPOLLIN);
     }
+    marker_fd_ = Bound(SOCK_DGRAM, kMarkerPort);
+    if (marker_fd_ < 0) return ErrnoStatus(absl::StrCat("udp socket :", kMarkerPort), errno);
+    Watch(marker_fd_, EPOLLIN);
     return absl::OkStatus();
   }
 
@@ -91,6 +95,7 @@ class Servers {
         int fd = evs[i].data.fd;
         if (fd == stop_fd_) return;
         if (listeners_.count(fd)) Accept(fd);
+        else if (fd == marker_fd_) Markers();
         else if (udp_port_.count(fd)) Datagrams(fd);
         else if (conns_.count(fd)) Echo(fd, evs[i].events);
       }
@@ -208,6 +213,15 @@ class Servers {
     }
   }
 
+  void Markers() {
+    char buf[256];
+    for (;;) {
+      ssize_t n = recv(marker_fd_, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n < 0) return;
+      counters_->Marker(std::string(buf, n));
+    }
+  }
+
   // Echo from the address the datagram was sent to, so connected clients accept it.
   void Reply(int fd, const char* data, size_t len, const sockaddr_in6& to, const Addr16& src) {
     alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(in6_pktinfo))] = {};
@@ -235,6 +249,7 @@ class Servers {
   Counters* counters_;
   int stop_fd_;
   int ep_ = -1;
+  int marker_fd_ = -1;
   std::set<int> all_, listeners_;
   std::map<int, uint16_t> udp_port_;
   std::map<int, std::string> conns_;
@@ -274,6 +289,8 @@ CapturedPacket ParseIPv6(const uint8_t* p, size_t len) {
     }
   }
   c.proto = nh;
+  // TCP flags are byte 13 of the TCP header: SYN 0x02, ACK 0x10.
+  c.opens_flow = nh != 6 || (off + 14 <= len && (p[off + 13] & 0x12) == 0x02);
   return c;
 }
 
@@ -284,6 +301,10 @@ CapturedPacket ParseIPv4(const uint8_t* p, size_t len) {
   c.dst = FromIn4(p + 16);
   c.proto = c.first_header = p[9];
   c.ip_options = (p[0] & 0x0f) > 5;
+  const size_t off = (p[0] & 0x0f) * 4;
+  const bool first_fragment = (((p[6] << 8) | p[7]) & 0x1fff) == 0;
+  c.opens_flow = c.proto != 6 || (first_fragment && off + 14 <= len &&
+                                  (p[off + 13] & 0x12) == 0x02);
   return c;
 }
 
@@ -327,8 +348,26 @@ void Counters::UdpDatagram(const Addr16& dst, uint16_t port) {
 void Counters::Packet(const CapturedPacket& p) {
   std::lock_guard<std::mutex> l(mu_);
   ++packets_[{p.dst, p.proto, p.first_header, p.ip_options}];
+  if (p.opens_flow) ++flows_opened_[p.dst];
   log_.push_back(p);
   if (log_.size() > 4096) log_.pop_front();
+}
+
+void Counters::Marker(std::string token) {
+  std::lock_guard<std::mutex> l(mu_);
+  markers_.insert(std::move(token));
+  marker_cv_.notify_all();
+}
+
+bool Counters::WaitMarker(const std::string& token, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> l(mu_);
+  return marker_cv_.wait_for(l, timeout, [&] { return markers_.count(token) > 0; });
+}
+
+uint64_t Counters::FlowsOpened(const Addr16& a) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = flows_opened_.find(a);
+  return it == flows_opened_.end() ? 0 : it->second;
 }
 
 void Counters::Reset() {
@@ -336,6 +375,7 @@ void Counters::Reset() {
   tcp_.clear();
   udp_.clear();
   packets_.clear();
+  flows_opened_.clear();
   log_.clear();
 }
 
@@ -386,8 +426,8 @@ std::string Counters::Summary() const {
 
 // ---- start / stop -------------------------------------------------------------------
 
-absl::Status StartLabServers(Lab::Impl* impl, const std::string& hosts_netns,
-                             const std::string& hosts_ifname) {
+absl::Status StartLabServers(Lab::Impl* impl, const std::string& world_netns,
+                             const std::string& capture_ifname) {
   impl->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (impl->stop_fd < 0) return ErrnoStatus("eventfd", errno);
   Counters* counters = &impl->counters;
@@ -397,7 +437,7 @@ absl::Status StartLabServers(Lab::Impl* impl, const std::string& hosts_netns,
   auto servers_status = servers_ready.get_future();
   impl->threads.emplace_back([=, ready = std::move(servers_ready)]() mutable {
     Servers s(counters, stop_fd);
-    absl::Status st = JoinNetns(hosts_netns);
+    absl::Status st = JoinNetns(world_netns);
     if (st.ok()) st = s.Open();
     bool ok = st.ok();
     ready.set_value(st);
@@ -407,7 +447,7 @@ absl::Status StartLabServers(Lab::Impl* impl, const std::string& hosts_netns,
   std::promise<absl::Status> capture_ready;
   auto capture_status = capture_ready.get_future();
   impl->threads.emplace_back([=, ready = std::move(capture_ready)]() mutable {
-    absl::Status st = JoinNetns(hosts_netns);
+    absl::Status st = JoinNetns(world_netns);
     int fd = -1;
     if (st.ok()) {
       // Protocol 0: receive nothing until bind() names the interface and ETH_P_ALL.
@@ -420,8 +460,8 @@ absl::Status StartLabServers(Lab::Impl* impl, const std::string& hosts_netns,
       sockaddr_ll sll{};
       sll.sll_family = AF_PACKET;
       sll.sll_protocol = htons(ETH_P_ALL);
-      sll.sll_ifindex = static_cast<int>(if_nametoindex(hosts_ifname.c_str()));
-      if (sll.sll_ifindex == 0) st = ErrnoStatus("if_nametoindex " + hosts_ifname, errno);
+      sll.sll_ifindex = static_cast<int>(if_nametoindex(capture_ifname.c_str()));
+      if (sll.sll_ifindex == 0) st = ErrnoStatus("if_nametoindex " + capture_ifname, errno);
       else if (bind(fd, reinterpret_cast<sockaddr*>(&sll), sizeof(sll)) != 0)
         st = ErrnoStatus("bind(AF_PACKET)", errno);
     }

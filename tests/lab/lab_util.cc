@@ -1,4 +1,5 @@
-// Small helpers: files, sysctls in a netns, addresses, probe-output parsing,
+// Small helpers: files, sysctls in a netns, addresses, probe-output parsing
+// (nlohmann-json),
 // killing what lives in a netns or cgroup.
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -21,6 +22,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
+#include "nlohmann/json.hpp"
 #include "lab_internal.h"
 
 namespace egressd::lab {
@@ -173,94 +177,17 @@ bool RunningAsRootWithSysAdmin() {
 
 // ---- probe output -------------------------------------------------------------------
 
-namespace {
-// Parses one JSON value at s[*i]; strings are unescaped, anything else kept raw.
-bool ParseValue(std::string_view s, size_t* i, std::string* out) {
-  if (*i >= s.size()) return false;
-  if (s[*i] == '"') {
-    ++*i;
-    out->clear();
-    while (*i < s.size() && s[*i] != '"') {
-      char c = s[(*i)++];
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
-      if (*i >= s.size()) return false;
-      char e = s[(*i)++];
-      switch (e) {
-        case 'n': out->push_back('\n'); break;
-        case 't': out->push_back('\t'); break;
-        case 'r': out->push_back('\r'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'u': {
-          if (*i + 4 > s.size()) return false;
-          unsigned v = 0;
-          for (int k = 0; k < 4; ++k) {
-            char h = s[(*i)++];
-            v = v * 16 + (isdigit(h) ? h - '0' : (tolower(h) - 'a' + 10));
-          }
-          if (v < 0x80) out->push_back(static_cast<char>(v));
-          else out->push_back('?');
-          break;
-        }
-        default: out->push_back(e);
-      }
-    }
-    if (*i >= s.size()) return false;
-    ++*i;
-    return true;
-  }
-  size_t start = *i;
-  int depth = 0;
-  bool in_str = false;
-  for (; *i < s.size(); ++*i) {
-    char c = s[*i];
-    if (in_str) {
-      if (c == '\\') ++*i;
-      else if (c == '"') in_str = false;
-      continue;
-    }
-    if (c == '"') in_str = true;
-    else if (c == '[' || c == '{') ++depth;
-    else if (c == ']' || c == '}') {
-      if (depth == 0) break;
-      --depth;
-    } else if (c == ',' && depth == 0) break;
-  }
-  *out = std::string(Trim(s.substr(start, *i - start)));
-  return !out->empty();
-}
-}  // namespace
-
 absl::StatusOr<ProbeLine> ParseProbeLine(std::string_view line) {
-  std::string_view s = Trim(line);
-  auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("not a probe line (", AV(why), "): ", AV(line)));
-  };
-  if (s.size() < 2 || s.front() != '{' || s.back() != '}') return bad("braces");
+  nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), /*cb=*/nullptr,
+                                           /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a probe line (", j.is_discarded() ? "not JSON" : "not an object",
+                     "): ", AV(line)));
+  }
   ProbeLine out;
-  size_t i = 1;
-  auto skip_ws = [&] { while (i < s.size() && isspace(static_cast<unsigned char>(s[i]))) ++i; };
-  for (;;) {
-    skip_ws();
-    if (i < s.size() && s[i] == '}') break;
-    std::string key, value;
-    if (!ParseValue(s, &i, &key)) return bad("key");
-    skip_ws();
-    if (i >= s.size() || s[i] != ':') return bad("colon");
-    ++i;
-    skip_ws();
-    if (!ParseValue(s, &i, &value)) return bad("value");
-    out[key] = value;
-    skip_ws();
-    if (i < s.size() && s[i] == ',') {
-      ++i;
-      continue;
-    }
-    if (i < s.size() && s[i] == '}') break;
-    return bad("separator");
+  for (const auto& [key, value] : j.items()) {
+    out[key] = value.is_string() ? value.get<std::string>() : value.dump();
   }
   return out;
 }
@@ -268,7 +195,9 @@ absl::StatusOr<ProbeLine> ParseProbeLine(std::string_view line) {
 std::vector<ProbeLine> ParseProbeLines(std::string_view out) {
   std::vector<ProbeLine> v;
   for (absl::string_view l : absl::StrSplit(absl::string_view(out.data(), out.size()), '\n')) {
-    auto p = ParseProbeLine(std::string_view(l.data(), l.size()));
+    absl::string_view t = absl::StripAsciiWhitespace(l);
+    if (t.empty() || t.front() != '{') continue;  // the probe's objects; anything else is noise
+    auto p = ParseProbeLine(std::string_view(t.data(), t.size()));
     if (p.ok()) v.push_back(*std::move(p));
   }
   return v;

@@ -59,7 +59,8 @@ Other operations:
   unlink PATH | mkdir PATH | kill PID SIG (number or name)
   join-cgroup DIR               write our pid to DIR/cgroup.procs, then go on
   exec -- ARGV...               execvp the rest of the command line (must be last)
-  sleep MS | info               info: pid, uid, capabilities, cgroup, netns
+  sleep MS | info               sleep prints {"state":"sleeping"} first, then its result;
+                                info: pid, uid, capabilities, cgroup, netns
 Options (after the operation's arguments):
   --timeout-ms N (connect/echo deadline, default 2000)  --wait-ms N (UDP/ICMP echo
   wait, default 300)  --payload TEXT (default "ping\n")  --interval-ms N  --count N

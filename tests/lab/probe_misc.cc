@@ -112,10 +112,15 @@ void OpExec(const Op& op) {
   j.Str("argv0", op.exec_argv[0]).Err(errno, "execvp").Emit();
 }
 
+// Prints a "sleeping" line first: the ready signal a test waits for before it
+// acts on a process that is about to be idle (the step itself is the probe's
+// own pause, not a test's synchronisation).
 void OpSleep(const Op& op) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(op.pos[0])));
+  const int ms = std::stoi(op.pos[0]);
+  Json(op.name).Int("ms", ms).Str("state", "sleeping").Emit();
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   Json j(op.name);
-  j.Ok().Emit();
+  j.Int("ms", ms).Ok().Emit();
 }
 
 void OpInfo(const Op& op) {
