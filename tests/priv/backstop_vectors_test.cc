@@ -182,6 +182,7 @@ TEST(BackstopVectors, EachPacketGetsTheVerdictItsRuleNames) {
   policy::CompiledPolicy p = VectorsPolicy();
   Paths paths;
   paths.pin_root = e.pin_root();
+  paths.runtime_dir = e.runtime_dir();
   control::Registry registry(paths);
   ASSERT_TRUE(registry.Register(*id, p).ok());
 

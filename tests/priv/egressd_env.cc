@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 
 namespace egressd::test {
@@ -16,28 +17,52 @@ bool BpfRequired() {
 
 namespace {
 
-// Unloads egressd instances left by test runs whose process is gone (a run
-// killed before its teardown), so pins never accumulate.
-void SweepStalePinRoots() {
-  const std::string prefix = "egr-test-";
-  DIR* d = opendir("/sys/fs/bpf");
-  if (!d) return;
+constexpr char kPinPrefix[] = "/sys/fs/bpf/egr-test-";
+constexpr char kRuntimePrefix[] = "/run/egressd-test-";
+
+// The pid of the run that made "<prefix><pid>-<hex>[-suffix]", or 0.
+pid_t OwnerOf(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return 0;
+  return static_cast<pid_t>(std::atoi(name.c_str() + prefix.size()));
+}
+
+bool Gone(pid_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
+
+std::vector<std::string> StaleIn(const std::string& dir, const std::string& prefix) {
   std::vector<std::string> stale;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return stale;
   while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n.rfind(prefix, 0) != 0) continue;
-    pid_t owner = std::atoi(n.c_str() + prefix.size());
-    if (owner > 0 && kill(owner, 0) != 0 && errno == ESRCH) stale.push_back("/sys/fs/bpf/" + n);
+    std::string path = dir + "/" + e->d_name;
+    if (Gone(OwnerOf(path, prefix))) stale.push_back(path);
   }
   closedir(d);
-  for (const auto& root : stale) {
-    lab::RunSpec spec;
-    spec.argv = {lab::BinaryPath("egressctl"), "--pin-root", root, "unload", "--force"};
-    lab::Run(spec);
-  }
+  return stale;
+}
+
+std::string RuntimeDirFor(const std::string& pin_root) {
+  return kRuntimePrefix + pin_root.substr(std::string(kPinPrefix).size());
 }
 
 }  // namespace
+
+int SweepStaleInstances() {
+  int removed = 0;
+  for (const auto& root : StaleIn("/sys/fs/bpf", kPinPrefix)) {
+    lab::RunSpec spec;
+    spec.argv = {lab::BinaryPath("egressctl"), "--pin-root", root, "--runtime-dir",
+                 RuntimeDirFor(root), "unload", "--force"};
+    lab::Run(spec);
+    ++removed;
+  }
+  // After the unloads (which take the instance's lock in its runtime dir).
+  for (const auto& dir : StaleIn("/run", kRuntimePrefix)) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    ++removed;
+  }
+  return removed;
+}
 
 double TimeScale() {
   const char* v = std::getenv("EGR_TIME_SCALE");
@@ -46,12 +71,13 @@ double TimeScale() {
 }
 
 absl::StatusOr<std::unique_ptr<Egressd>> Egressd::Start() {
-  SweepStalePinRoots();
+  SweepStaleInstances();
   auto e = std::unique_ptr<Egressd>(new Egressd);
   auto lab = lab::Lab::Create();
   if (!lab.ok()) return lab.status();
   e->lab_ = std::move(*lab);
-  e->pin_root_ = "/sys/fs/bpf/egr-test-" + e->lab_->id();
+  e->dirs_.pin_root = kPinPrefix + e->lab_->id();
+  e->dirs_.runtime_dir = RuntimeDirFor(e->dirs_.pin_root);
   lab::RunResult r = e->Ctl({"load"});
   if (r.exit_code != 0) return absl::InternalError("egressctl load failed: " + r.Describe());
   return e;
@@ -60,14 +86,54 @@ absl::StatusOr<std::unique_ptr<Egressd>> Egressd::Start() {
 Egressd::~Egressd() {
   lab::RunResult r = Ctl({"unload", "--force"});
   if (r.exit_code != 0) std::fprintf(stderr, "egressd test teardown: unload failed: %s\n", r.Describe().c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(dirs_.runtime_dir, ec);
+  // Other instances a failed test left loaded.
+  for (const auto& d : others_) {
+    if (std::filesystem::exists(d.pin_root, ec)) CtlAt(*lab_, d, {"unload", "--force"});
+    std::filesystem::remove_all(d.runtime_dir, ec);
+  }
 }
 
-lab::RunResult Egressd::Ctl(const std::vector<std::string>& args, const std::string& netns) const {
+InstanceDirs Egressd::Other(const std::string& suffix) const {
+  InstanceDirs d{dirs_.pin_root + "-" + suffix, dirs_.runtime_dir + "-" + suffix};
+  others_.push_back(d);
+  return d;
+}
+
+std::map<std::string, std::string> Egressd::CtlEnv() const {
+  return {{"EGRESSD_PIN_ROOT", dirs_.pin_root},
+          {"EGRESSD_RUNTIME_DIR", dirs_.runtime_dir},
+          {"EGRESSD_NODE_NETNS", lab_->node_netns()}};
+}
+
+lab::RunSpec Egressd::CtlSpec(const std::string& netns, std::vector<std::string> argv) const {
   lab::RunSpec spec;
-  spec.argv = {lab::BinaryPath("egressctl")};
-  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.argv = std::move(argv);
   spec.netns = netns;
-  spec.env["EGRESSD_PIN_ROOT"] = pin_root_;
+  spec.env = CtlEnv();
+  spec.timeout = std::chrono::milliseconds(30000);
+  return spec;
+}
+
+lab::RunResult Egressd::Ctl(const std::vector<std::string>& args) const {
+  return CtlIn(lab_->node_netns(), args);
+}
+
+lab::RunResult Egressd::CtlIn(const std::string& netns, const std::vector<std::string>& args) const {
+  std::vector<std::string> argv = {lab::BinaryPath("egressctl")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return lab::Run(CtlSpec(netns, std::move(argv)));
+}
+
+lab::RunResult Egressd::CtlAt(const lab::Lab& lab, const InstanceDirs& dirs,
+                              const std::vector<std::string>& args) {
+  lab::RunSpec spec;
+  spec.argv = {lab::BinaryPath("egressctl"), "--pin-root", dirs.pin_root, "--runtime-dir",
+               dirs.runtime_dir};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.netns = lab.node_netns();
+  spec.env["EGRESSD_NODE_NETNS"] = lab.node_netns();
   spec.timeout = std::chrono::milliseconds(30000);
   return lab::Run(spec);
 }
@@ -84,20 +150,19 @@ std::vector<std::string> Egressd::SandboxedArgv(const std::vector<std::string>& 
 
 lab::RunResult Egressd::RunSandboxed(const std::vector<std::string>& policy,
                                      const std::vector<std::string>& probe) const {
-  lab::RunSpec spec;
-  spec.argv = SandboxedArgv(policy, probe);
-  spec.netns = lab_->client_netns();
-  spec.env["EGRESSD_PIN_ROOT"] = pin_root_;
-  spec.timeout = std::chrono::milliseconds(30000);
-  return lab::Run(spec);
+  return RunSandboxedIn(lab_->client_netns(), policy, probe);
+}
+
+lab::RunResult Egressd::RunSandboxedIn(const std::string& netns,
+                                       const std::vector<std::string>& policy,
+                                       const std::vector<std::string>& probe) const {
+  return lab::Run(CtlSpec(netns, SandboxedArgv(policy, probe)));
 }
 
 absl::StatusOr<lab::Background> Egressd::StartSandboxed(const std::vector<std::string>& policy,
                                                         const std::vector<std::string>& probe) const {
-  lab::RunSpec spec;
-  spec.argv = SandboxedArgv(policy, probe);
-  spec.netns = lab_->client_netns();
-  spec.env["EGRESSD_PIN_ROOT"] = pin_root_;
+  lab::RunSpec spec = CtlSpec(lab_->client_netns(), SandboxedArgv(policy, probe));
+  spec.timeout = std::chrono::milliseconds(10000);
   return lab::Start(spec);
 }
 

@@ -1,8 +1,12 @@
 // The shared world of the privileged tests: one lab (tests/lab) and one
-// egressd instance loaded under a pin root unique to this run, unloaded (with
-// every pin removed) at exit even when tests fail.
+// egressd instance loaded under a pin root and a runtime directory unique to
+// this run, unloaded (every pin and the runtime directory removed) at exit
+// even when tests fail.  egressd's node is the lab's node netns: it is loaded
+// from there with EGRESSD_NODE_NETNS naming it, egressctl runs there, and
+// sandboxes run in a pod's netns (or the node's, where a test says so).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,31 +32,58 @@ bool BpfRequired();
 // software emulation, where programs run several times slower); 1 if unset.
 double TimeScale();
 
+// Where an egressd instance keeps its pins and its runtime state.
+struct InstanceDirs {
+  std::string pin_root;     // /sys/fs/bpf/egr-test-<lab id>[-<suffix>]
+  std::string runtime_dir;  // /run/egressd-test-<lab id>[-<suffix>]
+};
+
+// Unloads instances and removes runtime directories left by test runs whose
+// process is gone (a run killed before its teardown). Returns how many.
+int SweepStaleInstances();
+
 class Egressd {
  public:
-  // Builds a lab and loads egressd under /sys/fs/bpf/egr-test-<lab id>.
+  // Builds a lab and loads egressd from its node netns under dirs().
   static absl::StatusOr<std::unique_ptr<Egressd>> Start();
   ~Egressd();
 
   lab::Lab& lab() { return *lab_; }
-  const std::string& pin_root() const { return pin_root_; }
+  const std::string& pin_root() const { return dirs_.pin_root; }
+  const std::string& runtime_dir() const { return dirs_.runtime_dir; }
+  // Another instance of this run's own (a test loads and unloads it itself);
+  // swept like this one if the run dies, its runtime dir removed at exit.
+  InstanceDirs Other(const std::string& suffix) const;
 
-  // egressctl with this instance's pin root, in `netns` (empty: ours).
-  lab::RunResult Ctl(const std::vector<std::string>& args, const std::string& netns = "") const;
+  // egressctl on this instance (EGRESSD_PIN_ROOT, EGRESSD_RUNTIME_DIR,
+  // EGRESSD_NODE_NETNS set), run in the node netns as egressd's operator is.
+  lab::RunResult Ctl(const std::vector<std::string>& args) const;
+  // The same in another netns (a pod's).
+  lab::RunResult CtlIn(const std::string& netns, const std::vector<std::string>& args) const;
+  // egressctl on another instance: --pin-root/--runtime-dir given, in the node netns.
+  static lab::RunResult CtlAt(const lab::Lab& lab, const InstanceDirs& dirs,
+                              const std::vector<std::string>& args);
 
-  // `egressctl run POLICY... -- <hostile> egressd-probe PROBE...` in the lab's
-  // client netns: the probe runs as root with only CAP_NET_RAW.
+  // `egressctl run POLICY... -- <hostile> egressd-probe PROBE...` in pod 0's
+  // netns (or `netns`): the probe runs as root with only CAP_NET_RAW.
   lab::RunResult RunSandboxed(const std::vector<std::string>& policy,
                               const std::vector<std::string>& probe) const;
+  lab::RunResult RunSandboxedIn(const std::string& netns, const std::vector<std::string>& policy,
+                                const std::vector<std::string>& probe) const;
   absl::StatusOr<lab::Background> StartSandboxed(const std::vector<std::string>& policy,
                                                  const std::vector<std::string>& probe) const;
 
   std::vector<std::string> SandboxedArgv(const std::vector<std::string>& policy,
                                          const std::vector<std::string>& probe) const;
+  // The environment every egressctl of this instance gets.
+  std::map<std::string, std::string> CtlEnv() const;
 
  private:
+  lab::RunSpec CtlSpec(const std::string& netns, std::vector<std::string> argv) const;
+
   std::unique_ptr<lab::Lab> lab_;
-  std::string pin_root_;
+  InstanceDirs dirs_;
+  mutable std::vector<InstanceDirs> others_;
 };
 
 // The one instance of a test binary (created on first use, torn down at exit).

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,19 +14,27 @@
 namespace egressd::test {
 
 LoopbackListener::LoopbackListener(const std::string& netns_path)
-    : thread_([this, netns_path] { Loop(netns_path); }) {
-  for (int i = 0; i < 500 && !ready_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    : stop_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  std::promise<bool> ready;
+  std::future<bool> is_ready = ready.get_future();
+  thread_ = std::thread([this, netns_path, r = std::move(ready)]() mutable {
+    Loop(netns_path, std::move(r));
+  });
+  ready_ = stop_fd_ >= 0 && is_ready.get();
 }
 
 LoopbackListener::~LoopbackListener() {
-  stop_ = true;
+  uint64_t one = 1;
+  if (stop_fd_ >= 0) (void)!write(stop_fd_, &one, sizeof(one));
   thread_.join();
+  if (stop_fd_ >= 0) close(stop_fd_);
 }
 
-void LoopbackListener::Loop(std::string netns_path) {
+void LoopbackListener::Loop(std::string netns_path, std::promise<bool> ready) {
+  if (stop_fd_ < 0) return ready.set_value(false);
   if (!netns_path.empty()) {
     int ns = open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) return;
+    if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) return ready.set_value(false);
     close(ns);
   }
   // One dual-stack socket of each kind on ::, reachable at 127.0.0.1 and ::1
@@ -40,18 +49,20 @@ void LoopbackListener::Loop(std::string netns_path) {
   a.sin6_family = AF_INET6;
   a.sin6_addr = in6addr_any;
   socklen_t len = sizeof(a);
-  if (bind(t, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(t, 16) != 0) return;
+  if (bind(t, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(t, 16) != 0)
+    return ready.set_value(false);
   getsockname(t, reinterpret_cast<sockaddr*>(&a), &len);
   tcp_port_ = ntohs(a.sin6_port);
   a.sin6_port = 0;
-  if (bind(u, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return;
+  if (bind(u, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return ready.set_value(false);
   len = sizeof(a);
   getsockname(u, reinterpret_cast<sockaddr*>(&a), &len);
   udp_port_ = ntohs(a.sin6_port);
-  ready_ = true;
-  while (!stop_) {
-    pollfd fds[2] = {{t, POLLIN, 0}, {u, POLLIN, 0}};
-    if (poll(fds, 2, 50) <= 0) continue;
+  ready.set_value(true);
+  for (;;) {
+    pollfd fds[3] = {{t, POLLIN, 0}, {u, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    if (poll(fds, 3, -1) <= 0) continue;
+    if (fds[2].revents) break;
     if (fds[0].revents & POLLIN) {
       int c = accept4(t, nullptr, nullptr, SOCK_CLOEXEC);
       if (c >= 0) {

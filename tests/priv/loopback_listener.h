@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -11,6 +12,7 @@ namespace egressd::test {
 
 class LoopbackListener {
  public:
+  // Returns once the sockets are bound (ready()) or setting up failed.
   explicit LoopbackListener(const std::string& netns_path);  // "" = our own netns
   ~LoopbackListener();
   uint16_t tcp_port() const { return tcp_port_; }
@@ -20,9 +22,10 @@ class LoopbackListener {
   bool ready() const { return ready_; }
 
  private:
-  void Loop(std::string netns_path);
+  void Loop(std::string netns_path, std::promise<bool> ready);
+  int stop_fd_ = -1;  // eventfd: the loop returns once it is readable
   std::thread thread_;
-  std::atomic<bool> stop_{false}, ready_{false};
+  bool ready_ = false;
   std::atomic<uint16_t> tcp_port_{0}, udp_port_{0};
   std::atomic<uint64_t> accepts_{0}, datagrams_{0};
 };

@@ -41,6 +41,7 @@ TEST(Scale, HundredThousandCidrsLoadInWellUnderASecond) {
   Egressd& e = Shared();
   Paths paths = Paths::FromEnvironment();
   paths.pin_root = e.pin_root();
+  paths.runtime_dir = e.runtime_dir();
   auto cg = e.lab().MakeCgroup("scale");
   ASSERT_TRUE(cg.ok());
   auto id = CgroupIdOf(*cg);
