@@ -424,7 +424,7 @@ TEST_F(LabTest, TcpToAClosedPortIsRefusedAndNotCounted) {
   EXPECT_EQ(l["errno"], "ECONNREFUSED") << Show(l);
   // Positive control on the same path: the SYN did arrive.
   EXPECT_TRUE(Lab::WaitFor([&] { return lab_->PacketsTo(kPublicA4, kProtoTcp) >= 1; }));
-  Lab::Settle();
+  ASSERT_TRUE(lab_->Drain().ok());
   EXPECT_EQ(lab_->TcpAccepts(kPublicA4, 81), 0u);
 }
 
@@ -458,7 +458,7 @@ TEST_F(LabTest, UdpToAPortWithoutReceiverArrivesButIsNotCounted) {
   EXPECT_EQ(l["echo"], "false");
   EXPECT_TRUE(Lab::WaitFor([&] { return lab_->PacketsTo(kDns4, kProtoUdp) == 1; }))
       << lab_->CountersSummary();
-  Lab::Settle();
+  ASSERT_TRUE(lab_->Drain().ok());
   EXPECT_EQ(lab_->UdpDatagrams(kDns4, 7002), 0u);
 }
 
@@ -542,7 +542,7 @@ TEST_F(LabTest, Rthdr6SendsThePacketToTheFirstSegment) {
   ProbeLine l = P({"rthdr6", kPublicA6, "7000", kImds6});
   if (l["result"] == "error" && l["stage"] == "setsockopt") {
     // The kernel refused the SRH: then nothing may have left for either address.
-    Lab::Settle();
+    ASSERT_TRUE(lab_->Drain().ok());
     EXPECT_EQ(lab_->PacketsTo(kImds6), 0u);
     EXPECT_EQ(lab_->PacketsTo(kPublicA6), 0u);
     GTEST_SKIP() << "IPV6_RTHDR type 4 refused: " << Show(l);
@@ -552,7 +552,7 @@ TEST_F(LabTest, Rthdr6SendsThePacketToTheFirstSegment) {
     return lab_->PacketsTo(kImds6, kProtoUdp) == 1 &&
            lab_->PacketsFirstHeader(kImds6, kProtoRouting6) == 1;
   })) << lab_->CountersSummary();
-  Lab::Settle();
+  ASSERT_TRUE(lab_->Drain().ok());
   EXPECT_EQ(lab_->PacketsTo(kPublicA6), 0u) << "the IPv6 destination is the first segment";
   EXPECT_EQ(lab_->UdpDatagrams(kPublicA6, 7000), 0u);
   // Positive control for the same destination without the routing header.
@@ -565,8 +565,25 @@ TEST_F(LabTest, Lsrr4SendsThePacketToTheFirstHop) {
   ASSERT_EQ(l["result"], "ok") << Show(l);
   EXPECT_TRUE(Lab::WaitFor([&] { return lab_->PacketsToWithIpOptions(kImds4) == 1; }))
       << lab_->CountersSummary();
-  Lab::Settle();
+  ASSERT_TRUE(lab_->Drain().ok());
   EXPECT_EQ(lab_->PacketsTo(kPublicA4), 0u);
+}
+
+TEST_F(LabTest, Lsrr4ViaTheNodeIsForwardedToTheWorldWithItsOption) {
+  // The node handles source routes as a router does: a loose route through
+  // it goes on to the final destination, option and all.
+  ProbeLine l = P({"lsrr4", kPublicB4, "7000", kPodGatewayV4});
+  ASSERT_EQ(l["result"], "ok") << Show(l);
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab_->PacketsToWithIpOptions(kPublicB4) == 1; }))
+      << lab_->CountersSummary();
+  // A strict one via the node cannot go on (the world is not on-link to it),
+  // and one via a lab host cannot even leave the pod.
+  ProbeLine strict = P({"lsrr4", kPublicB4, "7000", kPodGatewayV4, "--strict"});
+  EXPECT_EQ(strict["result"], "ok") << Show(strict);
+  ProbeLine off_link = P({"lsrr4", kPublicA4, "7000", kPublicB4, "--strict"});
+  EXPECT_EQ(off_link["errno"], "ENETUNREACH") << Show(off_link);
+  ASSERT_TRUE(lab_->Drain().ok());
+  EXPECT_EQ(lab_->PacketsToWithIpOptions(kPublicB4), 1u) << lab_->CountersSummary();
 }
 
 TEST_F(LabTest, OtherConnectPathsReachTheServers) {
@@ -631,7 +648,7 @@ TEST_F(LabTest, ResetCountersZeroesEverything) {
   ASSERT_TRUE(Lab::WaitFor([&] {
     return lab_->TcpAccepts(kPublicA4, 80) == 1 && lab_->UdpDatagrams(kPublicA4, 7000) == 1;
   }));
-  Lab::Settle();
+  ASSERT_TRUE(lab_->Drain().ok());
   lab_->ResetCounters();
   EXPECT_EQ(lab_->TcpAccepts(kPublicA4, 80), 0u);
   EXPECT_EQ(lab_->UdpDatagrams(kPublicA4, 7000), 0u);

@@ -173,8 +173,16 @@ TEST_F(Bypass, Ipv6RoutingHeaderToDeniedFinalDestinationIsRefused) {
 }
 
 TEST_F(Bypass, Ipv4SourceRouteIsRefusedOutright) {
-  One({"lsrr4", kPublicA4, "7000", kImds4});
-  One({"lsrr4", kPublicA4, "7000", kPublicB4, "--strict"});
+  // The first hop of a strict route must be on-link: the pod's gateway, the
+  // node (a strict route via a lab host fails in the pod's own kernel with
+  // ENETUNREACH, egressd or not). The probe's errors show egressd refused
+  // each before it left the pod; the world's counts below, that nothing came.
+  ProbeLine loose = One({"lsrr4", kPublicA4, "7000", kImds4});
+  EXPECT_EQ(loose["errno"], "EPERM") << last_;
+  ProbeLine via_node = One({"lsrr4", kPublicB4, "7000", kPodGatewayV4});
+  EXPECT_EQ(via_node["errno"], "EPERM") << last_;
+  ProbeLine strict = One({"lsrr4", kPublicB4, "7000", kPodGatewayV4, "--strict"});
+  EXPECT_EQ(strict["errno"], "EPERM") << last_;
   ExpectNothingArrivedAt(kImds4);
   ExpectNothingArrivedAt(kPublicB4);
   ExpectNothingArrivedAt(kPublicA4);
