@@ -50,7 +50,7 @@ inline constexpr const char* kNodeUplinkV6 = "2001:db8:ffff::1";
 inline constexpr const char* kWorldLinkV4 = "203.0.113.2";
 inline constexpr const char* kWorldLinkV6 = "2001:db8:ffff::2";
 
-// Lab hosts (configured on lo in the hosts namespace).
+// Lab hosts (configured on lo in the world namespace).
 inline constexpr const char* kPublicA4 = "192.0.2.10";
 inline constexpr const char* kPublicB4 = "192.0.2.11";
 inline constexpr const char* kPublicC4 = "192.0.2.200";
@@ -77,7 +77,7 @@ inline constexpr const char* kUla6 = "fc00::5";
 const std::vector<std::string>& HostAddressesV4();
 const std::vector<std::string>& HostAddressesV6();
 
-// Servers in the hosts namespace (all bound to :: dual stack).
+// Servers in the world namespace (all bound to :: dual stack).
 inline constexpr uint16_t kTcpPorts[] = {80, 443, 8080};  // count accepts, echo until EOF
 inline constexpr uint16_t kUdpPorts[] = {7000, 7001};     // count datagrams, echo back
 // Lab::Drain()'s markers go to the world's link addresses on this port, so no

@@ -19,6 +19,9 @@ namespace {
 
 constexpr char kPinPrefix[] = "/sys/fs/bpf/egr-test-";
 constexpr char kRuntimePrefix[] = "/run/egressd-test-";
+// Paths::DefaultRuntimeDir of a test pin root, used when none is given.
+constexpr char kDefaultInstances[] = "/run/egressd/instances";
+constexpr char kDefaultInstancePrefix[] = "/run/egressd/instances/sys_fs_bpf_egr-test-";
 
 // The pid of the run that made "<prefix><pid>-<hex>[-suffix]", or 0.
 pid_t OwnerOf(const std::string& name, const std::string& prefix) {
@@ -55,8 +58,14 @@ int SweepStaleInstances() {
     lab::Run(spec);
     ++removed;
   }
-  // After the unloads (which take the instance's lock in its runtime dir).
+  // After the unloads (which take the instance's lock in its runtime dir);
+  // also the default runtime dirs of runs that did not name one.
   for (const auto& dir : StaleIn("/run", kRuntimePrefix)) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    ++removed;
+  }
+  for (const auto& dir : StaleIn(kDefaultInstances, kDefaultInstancePrefix)) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
     ++removed;

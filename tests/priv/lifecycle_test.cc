@@ -5,6 +5,8 @@
 // still allows it and is cut by one that does not.
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <string>
@@ -197,6 +199,32 @@ TEST_F(Lifecycle, RefusesToStartNamingWhatIsMissingAndChangesNothing) {
   EXPECT_EQ(r.exit_code, 1) << r.Describe();
   EXPECT_TRUE(absl::StrContains(r.err, "SO_NETNS_COOKIE on /proc/self/ns/no-such-netns")) << r.err;
   EXPECT_FALSE(Exists(pins)) << "a refused start created " << pins;
+  EXPECT_FALSE(Exists(dirs.runtime_dir)) << "a refused start created " << dirs.runtime_dir;
+}
+
+TEST_F(Lifecycle, InstancesOfDeadRunsAreSweptAndLiveOnesKept) {
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  waitpid(dead, nullptr, 0);
+  const InstanceDirs stale{"/sys/fs/bpf/egr-test-" + std::to_string(dead) + "-beef",
+                           "/run/egressd-test-" + std::to_string(dead) + "-beef"};
+  const std::string stale_default =
+      "/run/egressd/instances/sys_fs_bpf_egr-test-" + std::to_string(dead) + "-beef";
+  const InstanceDirs live = Shared().Other("live");
+  ASSERT_EQ(CtlAt(stale, {"load"}).exit_code, 0);
+  ASSERT_TRUE(Exists(stale.pin_root) && Exists(stale.runtime_dir));
+  ASSERT_EQ(mkdir(stale_default.c_str(), 0700), 0) << stale_default;
+  ASSERT_EQ(CtlAt(live, {"load"}).exit_code, 0);
+
+  EXPECT_GE(SweepStaleInstances(), 3);
+  EXPECT_FALSE(Exists(stale.pin_root)) << "a dead run's instance stays loaded";
+  EXPECT_FALSE(Exists(stale.runtime_dir));
+  EXPECT_FALSE(Exists(stale_default));
+  EXPECT_TRUE(Exists(live.pin_root)) << "swept a live run's instance";
+  EXPECT_TRUE(Exists(live.runtime_dir));
+  EXPECT_TRUE(Exists(Shared().runtime_dir()));
+  EXPECT_EQ(CtlAt(live, {"unload"}).exit_code, 0);
 }
 
 class PolicyFlip : public Lifecycle {
