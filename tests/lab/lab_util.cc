@@ -4,11 +4,14 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/inotify.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -272,18 +275,31 @@ absl::Status RemoveCgroupTree(const std::string& dir_s) {
   absl::Status result;
   for (const auto& d : dirs) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-    for (int round = 0;; ++round) {
+    // cgroup.events is "modified" whenever "populated" changes: wait on that.
+    int in = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (in >= 0) inotify_add_watch(in, (d / "cgroup.events").c_str(), IN_MODIFY);
+    for (;;) {
       if (Populated(d)) {
-        if (round % 20 == 0) KillMembers(d);  // no cgroup.kill, or a racing fork
+        KillMembers(d);  // no cgroup.kill, or a racing fork
       } else if (rmdir(d.c_str()) == 0 || errno == ENOENT) {
         break;
       }
-      if (std::chrono::steady_clock::now() > deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
         result = ErrnoStatus(absl::StrCat("rmdir ", d.string()), errno ? errno : EBUSY);
         break;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      // Woken by the next change; the timeout only re-kills a racing fork
+      // (or polls where inotify is unavailable).
+      pollfd pfd{in, POLLIN, 0};
+      if (poll(&pfd, in >= 0 ? 1 : 0, static_cast<int>(std::min<int64_t>(left.count(), 100))) > 0) {
+        char buf[4096];
+        while (read(in, buf, sizeof(buf)) > 0) {
+        }
+      }
     }
+    if (in >= 0) close(in);
   }
   return result;
 }
