@@ -212,7 +212,8 @@ TEST_F(Lifecycle, InstancesOfDeadRunsAreSweptAndLiveOnesKept) {
   const std::string stale_default =
       "/run/egressd/instances/sys_fs_bpf_egr-test-" + std::to_string(dead) + "-beef";
   const InstanceDirs live = Shared().Other("live");
-  ASSERT_EQ(CtlAt(stale, {"load"}).exit_code, 0);
+  RunResult load = CtlAt(stale, {"load"});
+  ASSERT_EQ(load.exit_code, 0) << load.Describe();
   ASSERT_TRUE(Exists(stale.pin_root) && Exists(stale.runtime_dir));
   ASSERT_EQ(mkdir(stale_default.c_str(), 0700), 0) << stale_default;
   ASSERT_EQ(CtlAt(live, {"load"}).exit_code, 0);
