@@ -53,7 +53,8 @@ Network operations:
                                 AF_INET6, IPV6_V6ONLY=0, to ::ffff:ADDR (tcp by default)
   hold ADDR PORT [--interval-ms N] [--count K] [--timeout-ms T]
                                 one TCP connection; line "round":0 for the connect, then
-                                every N ms send "round i" and expect its echo (K rounds)
+                                every N ms send "round i" and expect its echo (K rounds);
+                                each round line has "start_ms" (CLOCK_MONOTONIC)
 Other operations:
   write-file PATH TEXT [--create]   open(O_WRONLY) + write
   unlink PATH | mkdir PATH | kill PID SIG (number or name)

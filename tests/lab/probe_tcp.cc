@@ -210,7 +210,10 @@ void OpHold(const Op& op) {
   for (int i = 1; i <= count; ++i) {
     const long long t0 = NowMs();
     Json j = TargetLine(op, t);
-    j.Int("round", i);
+    // When the round began (CLOCK_MONOTONIC ms, the clock of every process on
+    // the machine): a test tells rounds sent after a policy flip from those
+    // still in its output pipe.
+    j.Int("round", i).Int("start_ms", t0);
     std::string stage;
     int err = HoldRound(fd.get(), i, timeout, &inbuf, &stage);
     if (err != 0) j.Err(err, stage);
