@@ -162,7 +162,7 @@ absl::Status RunSelfTest(const Paths& paths) {
     CrashPoint("selftest:registered");
     if (result.ok()) result = ProbeConnectRefused(dir);
     (void)table.Remove(*id);
-    (void)store.Release(*pid);
+    (void)store.Release(*pid, deny_all);
   }
   rmdir(dir.c_str());  // the probe has exited, so the cgroup is empty
   if (result.ok()) spdlog::info("self-test passed: a denied connect from a probe cgroup got EPERM");

@@ -127,13 +127,15 @@ absl::Status CheckFitsMaps(const policy::CompiledPolicy& p) {
   return absl::OkStatus();
 }
 
-egr_policy_val MakePolicyHeader(const policy::CompiledPolicy& p) {
+egr_policy_val MakePolicyHeader(const policy::CompiledPolicy& p) { return MakePolicyHeader(p, p.ContentHash()); }
+
+egr_policy_val MakePolicyHeader(const policy::CompiledPolicy& p, uint64_t content_hash) {
   egr_policy_val v{};
   v.default_verdict = p.default_verdict == policy::Verdict::kAllow ? EGR_VERDICT_ALLOW
                                                                    : EGR_VERDICT_DENY;
   v.deny_action = p.deny_action == policy::DenyAction::kDrop ? EGR_ACTION_DROP
                                                              : EGR_ACTION_REJECT;
-  v.content_hash = p.ContentHash();
+  v.content_hash = content_hash;
   return v;
 }
 

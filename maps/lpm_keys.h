@@ -36,5 +36,7 @@ absl::StatusOr<std::vector<AllowEntry>> BuildAllowEntries(
 absl::Status CheckFitsMaps(const policy::CompiledPolicy& p);
 
 egr_policy_val MakePolicyHeader(const policy::CompiledPolicy& p);
+// The same with p.ContentHash() already computed.
+egr_policy_val MakePolicyHeader(const policy::CompiledPolicy& p, uint64_t content_hash);
 
 }  // namespace egressd::maps

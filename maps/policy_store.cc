@@ -15,6 +15,7 @@ constexpr int ENOTSUPP_ = 524;
 #include "absl/strings/str_cat.h"
 #include "userspace/common/errors.h"
 #include "maps/map_iter.h"
+#include "userspace/common/fault.h"
 
 namespace egressd::maps {
 namespace {
@@ -37,6 +38,32 @@ absl::Status DeleteLpmKeysOf(int fd, const char* map, PolicyId id) {
     }
   }
   return absl::OkStatus();
+}
+
+template <typename Key>
+absl::Status DeleteKey(int fd, const char* map, const Key& k) {
+  if (bpf_map_delete_elem(fd, &k) != 0 && errno != ENOENT) {
+    return ErrnoStatus(errno, absl::StrCat("delete from ", map));
+  }
+  return absl::OkStatus();
+}
+
+// Deletes the keys of one trie whose policy id is not in `live`.
+template <typename Key>
+absl::StatusOr<uint32_t> DeleteKeysWithout(int fd, const char* map,
+                                           const absl::flat_hash_map<PolicyId, egr_policy_val>& live) {
+  uint32_t n = 0;
+  for (const auto& k : AllKeys<Key>(fd)) {
+    if (live.contains(ntohl(k.policy_id))) continue;
+    EGR_RETURN_IF_ERROR(DeleteKey(fd, map, k));
+    ++n;
+  }
+  return n;
+}
+
+template <typename Key>
+void CountKeysOf(int fd, absl::flat_hash_map<PolicyId, KeyCounts>& out, uint32_t KeyCounts::*field) {
+  for (const auto& k : AllKeys<Key>(fd)) ++(out[ntohl(k.policy_id)].*field);
 }
 
 // Writes many entries with one BPF_MAP_UPDATE_BATCH where the kernel offers
@@ -64,12 +91,13 @@ absl::StatusOr<std::vector<StoredPolicy>> PolicyStore::List() const {
   return out;
 }
 
-absl::StatusOr<PolicyId> PolicyStore::FindByHash(uint64_t hash) const {
+absl::StatusOr<std::vector<PolicyId>> PolicyStore::CandidatesFor(uint64_t hash) const {
   EGR_ASSIGN_OR_RETURN(auto all, List());
-  for (const auto& p : all) {
-    if (p.header.content_hash == hash) return p.id;
+  std::vector<PolicyId> out;
+  for (const auto& sp : all) {
+    if (sp.header.content_hash == hash) out.push_back(sp.id);
   }
-  return PolicyId{0};
+  return out;
 }
 
 absl::StatusOr<PolicyId> PolicyStore::FreshId() const {
@@ -111,7 +139,7 @@ absl::Status PolicyStore::WriteEntries(PolicyId id, const policy::CompiledPolicy
   return UpdateMany(maps_.allow6(), EGR_MAP_ALLOW6, k6, v6);
 }
 
-absl::Status PolicyStore::DeleteEntries(PolicyId id) {
+absl::Status PolicyStore::DeleteAllEntriesOf(PolicyId id) {
   EGR_RETURN_IF_ERROR(DeleteLpmKeysOf<egr_lpm4_key>(maps_.prot4(), EGR_MAP_PROT4, id));
   EGR_RETURN_IF_ERROR(DeleteLpmKeysOf<egr_lpm6_key>(maps_.prot6(), EGR_MAP_PROT6, id));
   EGR_RETURN_IF_ERROR(DeleteLpmKeysOf<egr_lpm4_key>(maps_.allow4(), EGR_MAP_ALLOW4, id));
@@ -119,51 +147,132 @@ absl::Status PolicyStore::DeleteEntries(PolicyId id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PolicyId> PolicyStore::Acquire(const policy::CompiledPolicy& p) {
-  egr_policy_val header = MakePolicyHeader(p);
-  EGR_ASSIGN_OR_RETURN(PolicyId existing, FindByHash(header.content_hash));
-  if (existing != 0) {
-    egr_policy_val v{};
-    if (bpf_map_lookup_elem(maps_.policy(), &existing, &v) != 0) {
-      return ErrnoStatus(errno, absl::StrCat("lookup ", EGR_MAP_POLICY));
+// The keys WriteEntries wrote, recomputed: a release touches only its own
+// policy's entries, however many other policies share the tries.
+absl::Status PolicyStore::DeleteOwnEntries(PolicyId id, const policy::CompiledPolicy& p) {
+  for (const auto& pc : p.protected_cidrs) {
+    if (pc.cidr.addr().is_v4()) {
+      EGR_RETURN_IF_ERROR(DeleteKey(maps_.prot4(), EGR_MAP_PROT4, MakeLpm4Key(id, pc.cidr)));
+    } else {
+      EGR_RETURN_IF_ERROR(DeleteKey(maps_.prot6(), EGR_MAP_PROT6, MakeLpm6Key(id, pc.cidr)));
     }
-    v.refcount++;
-    EGR_RETURN_IF_ERROR(Update(maps_.policy(), EGR_MAP_POLICY, existing, v, BPF_EXIST));
-    spdlog::debug("policy {:#x} shared (refcount {})", existing, v.refcount);
-    return existing;
   }
-  EGR_ASSIGN_OR_RETURN(PolicyId id, FreshId());
+  EGR_ASSIGN_OR_RETURN(auto entries, BuildAllowEntries(p.allowed));
+  for (const auto& e : entries) {
+    if (e.cidr.addr().is_v4()) {
+      EGR_RETURN_IF_ERROR(DeleteKey(maps_.allow4(), EGR_MAP_ALLOW4, MakeLpm4Key(id, e.cidr)));
+    } else {
+      EGR_RETURN_IF_ERROR(DeleteKey(maps_.allow6(), EGR_MAP_ALLOW6, MakeLpm6Key(id, e.cidr)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PolicyStore::Install(PolicyId id, const policy::CompiledPolicy& p, uint64_t content_hash) {
   if (absl::Status s = WriteEntries(id, p); !s.ok()) {
-    (void)DeleteEntries(id);  // leave nothing half-written behind
+    (void)DeleteOwnEntries(id, p);  // leave nothing half-written behind
     return s;
   }
+  egr_policy_val header = MakePolicyHeader(p, content_hash);
   header.refcount = 1;
   // The header goes last: until it exists no sandbox can be pointed here.
   if (absl::Status s = Update(maps_.policy(), EGR_MAP_POLICY, id, header, BPF_NOEXIST); !s.ok()) {
-    (void)DeleteEntries(id);
+    (void)DeleteOwnEntries(id, p);
     return s;
   }
-  spdlog::debug("policy {:#x} installed ({} protected, {} allowed)", id,
-                p.protected_cidrs.size(), p.allowed.size());
+  spdlog::debug("policy {:#x} installed ({} protected, {} allowed)", id, p.protected_cidrs.size(),
+                p.allowed.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PolicyId> PolicyStore::Acquire(const policy::CompiledPolicy& p) {
+  EGR_ASSIGN_OR_RETURN(PolicyId id, FreshId());
+  EGR_RETURN_IF_ERROR(Install(id, p, p.ContentHash()));
   return id;
 }
 
-absl::Status PolicyStore::Release(PolicyId id) {
+absl::Status PolicyStore::AddRef(PolicyId id) {
   egr_policy_val v{};
   if (bpf_map_lookup_elem(maps_.policy(), &id, &v) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("share policy ", id, ": lookup ", EGR_MAP_POLICY));
+  }
+  v.refcount++;
+  EGR_RETURN_IF_ERROR(Update(maps_.policy(), EGR_MAP_POLICY, id, v, BPF_EXIST));
+  spdlog::debug("policy {:#x} shared (refcount {})", id, v.refcount);
+  return absl::OkStatus();
+}
+
+absl::Status PolicyStore::SetRefcount(PolicyId id, uint32_t refcount) {
+  egr_policy_val v{};
+  if (bpf_map_lookup_elem(maps_.policy(), &id, &v) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("policy ", id, ": lookup ", EGR_MAP_POLICY));
+  }
+  v.refcount = refcount;
+  return Update(maps_.policy(), EGR_MAP_POLICY, id, v, BPF_EXIST);
+}
+
+namespace {
+
+// Header first: a dangling id fails closed in the programs, and no sandbox
+// points here any more anyway.  Returns false when the reference was not the
+// last (nothing to delete).
+absl::StatusOr<bool> DropReference(int fd, PolicyId id) {
+  egr_policy_val v{};
+  if (bpf_map_lookup_elem(fd, &id, &v) != 0) {
     return ErrnoStatus(errno, absl::StrCat("release policy ", id, ": lookup ", EGR_MAP_POLICY));
   }
   if (v.refcount > 1) {
     v.refcount--;
-    return Update(maps_.policy(), EGR_MAP_POLICY, id, v, BPF_EXIST);
+    EGR_RETURN_IF_ERROR(Update(fd, EGR_MAP_POLICY, id, v, BPF_EXIST));
+    return false;
   }
-  // Header first: a dangling id fails closed in the programs, and no sandbox
-  // points here any more anyway.
-  if (bpf_map_delete_elem(maps_.policy(), &id) != 0) {
+  if (bpf_map_delete_elem(fd, &id) != 0) {
     return ErrnoStatus(errno, absl::StrCat("delete policy ", id, " from ", EGR_MAP_POLICY));
   }
   spdlog::debug("policy {:#x} removed", id);
-  return DeleteEntries(id);
+  CrashPoint("release:after-header");
+  return true;
+}
+
+}  // namespace
+
+absl::Status PolicyStore::Release(PolicyId id, const policy::CompiledPolicy& p) {
+  EGR_ASSIGN_OR_RETURN(bool last, DropReference(maps_.policy(), id));
+  return last ? DeleteOwnEntries(id, p) : absl::OkStatus();
+}
+
+absl::Status PolicyStore::Release(PolicyId id) {
+  EGR_ASSIGN_OR_RETURN(bool last, DropReference(maps_.policy(), id));
+  return last ? DeleteAllEntriesOf(id) : absl::OkStatus();
+}
+
+absl::Status PolicyStore::DropHeader(PolicyId id) {
+  if (bpf_map_delete_elem(maps_.policy(), &id) != 0 && errno != ENOENT) {
+    return ErrnoStatus(errno, absl::StrCat("delete policy ", id, " from ", EGR_MAP_POLICY));
+  }
+  return absl::OkStatus();
+}
+
+absl::flat_hash_map<PolicyId, KeyCounts> PolicyStore::CountKeys() const {
+  absl::flat_hash_map<PolicyId, KeyCounts> out;
+  CountKeysOf<egr_lpm4_key>(maps_.allow4(), out, &KeyCounts::allow4);
+  CountKeysOf<egr_lpm6_key>(maps_.allow6(), out, &KeyCounts::allow6);
+  CountKeysOf<egr_lpm4_key>(maps_.prot4(), out, &KeyCounts::prot4);
+  CountKeysOf<egr_lpm6_key>(maps_.prot6(), out, &KeyCounts::prot6);
+  return out;
+}
+
+absl::StatusOr<uint32_t> PolicyStore::CollectOrphanKeys() {
+  absl::flat_hash_map<PolicyId, egr_policy_val> live;
+  for (const auto& [id, header] : AllEntries<PolicyId, egr_policy_val>(maps_.policy())) live[id] = header;
+  uint32_t n = 0;
+  EGR_ASSIGN_OR_RETURN(uint32_t a4, DeleteKeysWithout<egr_lpm4_key>(maps_.allow4(), EGR_MAP_ALLOW4, live));
+  EGR_ASSIGN_OR_RETURN(uint32_t a6, DeleteKeysWithout<egr_lpm6_key>(maps_.allow6(), EGR_MAP_ALLOW6, live));
+  EGR_ASSIGN_OR_RETURN(uint32_t p4, DeleteKeysWithout<egr_lpm4_key>(maps_.prot4(), EGR_MAP_PROT4, live));
+  EGR_ASSIGN_OR_RETURN(uint32_t p6, DeleteKeysWithout<egr_lpm6_key>(maps_.prot6(), EGR_MAP_PROT6, live));
+  n = a4 + a6 + p4 + p6;
+  if (n > 0) spdlog::info("collected {} policy entries whose policy had no header", n);
+  return n;
 }
 
 }  // namespace egressd::maps

@@ -18,7 +18,7 @@ rules=(
   "userspace/sandbox|userspace/common/ userspace/sandbox/|egr_common egr_sandbox"
   "maps|userspace/common/ userspace/net/ userspace/policy/ maps/|egr_abi egr_common egr_net egr_policy egr_maps"
   "loader|userspace/common/ userspace/net/ userspace/policy/ maps/ loader/ egressd.skel.h|egr_abi egr_common egr_net egr_policy egr_maps egr_bpf_skel egr_loader"
-  "userspace/control|userspace/common/ userspace/net/ userspace/policy/ maps/ userspace/control/|egr_abi egr_common egr_net egr_policy egr_maps egr_control"
+  "userspace/control|userspace/common/ userspace/net/ userspace/policy/ maps/ userspace/control/|egr_abi egr_common egr_net egr_policy egr_policy_json egr_maps egr_control"
   "bpf|lib/ maps/egressd_abi.h vmlinux.h vmlinux/|"
 )
 

@@ -15,6 +15,8 @@
 #include "maps/stats.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
+#include "userspace/control/reconcile.h"
+#include "userspace/control/sandbox_record.h"
 
 namespace egressd::cli {
 int CmdLoad(const Paths& paths) {
@@ -27,6 +29,17 @@ int CmdLoad(const Paths& paths) {
   if (!r.ok()) return Report(r.status());
   std::printf("egressd loaded: %d link(s) attached, %d updated in place; pins under %s\n",
               r->links_attached, r->links_updated, paths.pin_root.c_str());
+  // Still under the lock: what a crashed writer left is repaired before
+  // anyone else changes the maps.
+  auto rec = control::Reconcile(paths, *lock);
+  if (!rec.ok()) return Report(rec.status());
+  if (rec->changed()) {
+    std::printf("reconciled: %u record(s) dropped, %u reverted, %u repaired, %u created; %u dead cgroup(s); "
+                "%u refcount(s) fixed; %u unreferenced polic(ies) and %u orphan key(s) collected; %u corrupt record(s) set aside\n",
+                rec->records_dropped, rec->records_reverted, rec->records_repaired, rec->records_created,
+                rec->dead_cgroups, rec->refcounts_fixed, rec->headers_collected, rec->keys_collected,
+                rec->records_quarantined);
+  }
   return kExitOk;
 }
 
@@ -58,6 +71,12 @@ int CmdStatus(const Paths& paths, bool json) {
   if (!cgroups.ok()) return Report(cgroups.status());
   if (!policies.ok()) return Report(policies.status());
   auto stats = maps::ReadCounters(*m);
+  std::vector<uint64_t> corrupt;
+  auto records = control::SandboxRecords(paths).List(&corrupt);
+  if (!records.ok()) return Report(records.status());
+  auto consistency = control::CheckConsistency(paths);
+  if (!consistency.ok()) return Report(consistency.status());
+  auto keys = maps::PolicyStore(*m).CountKeys();
   nlohmann::json j;
   j["loaded"] = IsLoaded(paths);
   j["pin_root"] = paths.pin_root;
@@ -72,8 +91,25 @@ int CmdStatus(const Paths& paths, bool json) {
     j["policies"].push_back({{"policy_id", p.id},
                              {"refcount", p.header.refcount},
                              {"default", p.header.default_verdict == EGR_VERDICT_ALLOW ? "allow" : "deny"},
-                             {"on_deny", p.header.deny_action == EGR_ACTION_DROP ? "drop" : "reject"}});
+                             {"on_deny", p.header.deny_action == EGR_ACTION_DROP ? "drop" : "reject"},
+                             {"content_hash", absl::StrFormat("%016x", p.header.content_hash)}});
+    const maps::KeyCounts k = keys.contains(p.id) ? keys[p.id] : maps::KeyCounts{};
+    j["policies"].back()["keys"] = {{"allow4", k.allow4}, {"allow6", k.allow6}, {"prot4", k.prot4}, {"prot6", k.prot6}};
   }
+  j["records"] = nlohmann::json::array();
+  for (const auto& r : *records) j["records"].push_back(control::ToJson(r));
+  const auto& c = *consistency;
+  j["consistency"] = {{"consistent", c.consistent()},
+                      {"records", c.records},
+                      {"corrupt_records", c.corrupt_records},
+                      {"sandbox_entries", c.sandbox_entries},
+                      {"records_without_entry", c.records_without_entry},
+                      {"entries_without_record", c.entries_without_record},
+                      {"records_not_in_force", c.records_not_in_force},
+                      {"unreferenced_headers", c.unreferenced_headers},
+                      {"wrong_refcounts", c.wrong_refcounts},
+                      {"orphan_keys", c.orphan_keys},
+                      {"dangling_entries", c.dangling_entries}};
   for (int i = 0; i < EGR_STAT_MAX; ++i) j["counters"][maps::CounterName(i)] = stats[i];
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -90,6 +126,14 @@ int CmdStatus(const Paths& paths, bool json) {
                 p["default"].get<std::string>().c_str(), p["on_deny"].get<std::string>().c_str(),
                 p["refcount"].get<uint32_t>());
   }
+  for (const auto& r : *records) {
+    std::string labels;
+    for (const auto& [k, v] : r.labels) labels += " " + k + "=" + v;
+    std::printf("  record %-12s %s%s%s\n", std::to_string(r.cgroup_id).c_str(),
+                r.cgroup_path.empty() ? "(path unknown)" : r.cgroup_path.c_str(), labels.c_str(),
+                r.current.policy ? "" : " (names unknown)");
+  }
+  if (!c.consistent()) std::printf("  INCONSISTENT (run `egressctl load` to reconcile): %s\n", j["consistency"].dump().c_str());
   for (int i = 0; i < EGR_STAT_MAX; ++i) std::printf("  %-15s %llu\n", maps::CounterName(i), (unsigned long long)stats[i]);
   return kExitOk;
 }

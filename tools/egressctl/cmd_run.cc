@@ -19,7 +19,9 @@
 #include "tools/egressctl/commands.h"
 #include "userspace/sandbox/isolation.h"
 #include "tools/egressctl/policy_flags.h"
+#include "tools/egressctl/sandbox_flags.h"
 #include "userspace/control/cgroup_tree.h"
+#include "userspace/control/reconcile.h"
 #include "userspace/control/registry.h"
 
 namespace egressd::cli {
@@ -49,17 +51,19 @@ absl::Status EnsureLoaded(const Paths& paths) {
   auto lock = InstanceLock::Acquire(paths);
   if (!lock.ok()) return lock.status();
   if (IsLoaded(paths)) return absl::OkStatus();
-  return LoadEnforcement(paths, *lock).status();
+  if (auto r = LoadEnforcement(paths, *lock); !r.ok()) return r.status();
+  return control::Reconcile(paths, *lock).status();
 }
 
 }  // namespace
 
-int CmdRun(const Paths& paths, const PolicyFlags& flags, const std::string& user,
+int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox, const std::string& user,
            const std::vector<std::string>& command) {
   // Everything that can be wrong with the input is reported before anything
   // is created or the command starts.
   auto policy = CompileFlags(flags);
   if (!policy.ok()) return Report(policy.status());
+  if (auto labels = ParseLabels(sandbox); !labels.ok()) return Report(labels.status());
   PrintWarnings(*policy);
   sandbox::IsolationSpec spec;
   spec.argv = command;
@@ -82,7 +86,10 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const std::string& user
 
   control::Registry registry(paths);
   auto id = CgroupIdOf(spec.cgroup_dir);
-  absl::Status registered = id.ok() ? registry.Register(*id, *policy) : id.status();
+  // The command shares egressctl's network namespace.
+  auto sandbox_spec = id.ok() ? MakeSandboxSpec(sandbox, spec.cgroup_dir, *id, "/proc/self/ns/net")
+                              : absl::StatusOr<control::SandboxSpec>(id.status());
+  absl::Status registered = sandbox_spec.ok() ? registry.Register(*sandbox_spec, *policy) : sandbox_spec.status();
   if (!registered.ok()) {
     (void)control::KillAndRemoveCgroup(spec.cgroup_dir);
     return Report(registered);

@@ -8,6 +8,7 @@
 #include "maps/lpm_keys.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
+#include "tools/egressctl/sandbox_flags.h"
 #include "userspace/control/registry.h"
 
 namespace egressd::cli {
@@ -29,14 +30,18 @@ absl::StatusOr<uint64_t> LoadedCgroupId(const Paths& paths, const std::string& c
 
 }  // namespace
 
-int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFlags& flags) {
+int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFlags& flags,
+                  const SandboxFlags& sandbox) {
   auto policy = CompileFlags(flags);
   if (!policy.ok()) return Report(policy.status());
+  if (auto labels = ParseLabels(sandbox); !labels.ok()) return Report(labels.status());
   PrintWarnings(*policy);
   if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
   auto id = LoadedCgroupId(paths, cgroup);
   if (!id.ok()) return Report(id.status());
-  return Report(control::Registry(paths).Register(*id, *policy));
+  auto spec = MakeSandboxSpec(sandbox, cgroup, *id, "");
+  if (!spec.ok()) return Report(spec.status());
+  return Report(control::Registry(paths).Register(*spec, *policy));
 }
 
 int CmdSandboxRemove(const Paths& paths, const std::string& cgroup) {

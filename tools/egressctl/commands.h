@@ -29,16 +29,23 @@ struct PolicyFlags {
   bool compose = false;
 };
 
+// What sandbox add and run record about a sandbox besides its policy.
+struct SandboxFlags {
+  std::vector<std::string> labels;  // --label KEY=VALUE (repeatable)
+  std::string netns;                // sandbox add --netns PATH (empty: not known)
+};
+
 int CmdLoad(const Paths& paths);
 int CmdUnload(const Paths& paths, bool force);
 int CmdProbe(const Paths& paths);
 int CmdStatus(const Paths& paths, bool json);
 
-int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFlags& flags);
+int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFlags& flags,
+                  const SandboxFlags& sandbox);
 int CmdSandboxRemove(const Paths& paths, const std::string& cgroup);
 int CmdSandboxContain(const Paths& paths, const std::string& cgroup);
 
-int CmdRun(const Paths& paths, const PolicyFlags& flags, const std::string& user,
+int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox, const std::string& user,
            const std::vector<std::string>& command);
 
 // policy check: exit 0 (printing a summary) or 2 (printing every problem).

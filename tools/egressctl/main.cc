@@ -73,6 +73,14 @@ void AddPolicyFlags(CLI::App* cmd, egressd::cli::PolicyFlags& f,
   });
 }
 
+void AddSandboxFlags(CLI::App* cmd, egressd::cli::SandboxFlags& f) {
+  cmd->add_option("--label", f.labels,
+                  "KEY=VALUE recorded with the sandbox (repeatable), e.g. pod=web-1, namespace=ci, task=T, run=R")
+      ->type_size(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,6 +119,10 @@ int main(int argc, char** argv) {
   auto* add = sandbox->add_subcommand("add", "Register a cgroup with a policy, or flip its policy");
   add->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
   AddPolicyFlags(add, add_flags, after_parse);
+  cli::SandboxFlags add_sandbox, run_sandbox;
+  AddSandboxFlags(add, add_sandbox);
+  add->add_option("--netns", add_sandbox.netns, "The sandbox's network namespace (/proc/PID/ns/net or "
+                                                "/var/run/netns/NAME), recorded for the DNS proxy and audit");
   auto* remove = sandbox->add_subcommand("remove", "Unregister a cgroup");
   remove->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
   auto* contain = sandbox->add_subcommand(
@@ -122,6 +134,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> command;
   auto* run = app.add_subcommand("run", "Run a command in a fresh transient sandbox");
   AddPolicyFlags(run, run_flags, after_parse);
+  AddSandboxFlags(run, run_sandbox);
   run->add_option("--user", user, "Run the command as this user (name or uid)");
   run->add_option("command", command, "-- CMD [ARGS...]")->required();
 
@@ -156,10 +169,10 @@ int main(int argc, char** argv) {
   if (*unload) return cli::CmdUnload(paths, force);
   if (*probe) return cli::CmdProbe(paths);
   if (*status) return cli::CmdStatus(paths, json);
-  if (*add) return cli::CmdSandboxAdd(paths, cgroup, add_flags);
+  if (*add) return cli::CmdSandboxAdd(paths, cgroup, add_flags, add_sandbox);
   if (*remove) return cli::CmdSandboxRemove(paths, cgroup);
   if (*contain) return cli::CmdSandboxContain(paths, cgroup);
-  if (*run) return cli::CmdRun(paths, run_flags, user, command);
+  if (*run) return cli::CmdRun(paths, run_flags, run_sandbox, user, command);
   if (*check) return cli::CmdPolicyCheck(check_flags);
   if (*compile) return cli::CmdPolicyCompile(compile_flags, format);
   return cli::kExitBadInput;

@@ -1,20 +1,25 @@
 #include "userspace/control/cgroup_tree.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <cstring>
 #include <fstream>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "userspace/common/errors.h"
+#include "userspace/common/node.h"
+#include "userspace/common/unique_fd.h"
 
 namespace egressd::control {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 std::vector<std::string> Children(const std::string& dir) {
   std::vector<std::string> out;
@@ -28,25 +33,31 @@ std::vector<std::string> Children(const std::string& dir) {
   return out;
 }
 
-bool HasProcesses(const std::string& dir) {
-  std::ifstream procs(dir + "/cgroup.procs");
-  std::string line;
-  if (std::getline(procs, line) && !line.empty()) return true;
-  for (const auto& c : Children(dir)) {
-    if (HasProcesses(c)) return true;
-  }
-  return false;
+// cgroup.kill (Linux 5.14+) kills the whole subtree atomically, forks
+// included.  Returns false when the kernel lacks it.
+bool KillViaCgroupKill(const std::string& dir) {
+  std::ofstream kill_file(dir + "/cgroup.kill");
+  if (!kill_file) return false;
+  kill_file << "1";
+  kill_file.flush();
+  return static_cast<bool>(kill_file);
 }
 
-void KillAll(const std::string& dir) {
-  if (std::ofstream kill_file(dir + "/cgroup.kill"); kill_file) {
-    kill_file << "1";
-    kill_file.flush();
-    if (kill_file) return;
-  }
+void KillEachPid(const std::string& dir) {
   std::ifstream procs(dir + "/cgroup.procs");
   for (pid_t pid; procs >> pid;) kill(pid, SIGKILL);
-  for (const auto& c : Children(dir)) KillAll(c);
+  for (const auto& c : Children(dir)) KillEachPid(c);
+}
+
+// "populated 0|1" from cgroup.events (covers the whole subtree).
+absl::StatusOr<bool> Populated(int events_fd, const std::string& path) {
+  char buf[256];
+  ssize_t n = pread(events_fd, buf, sizeof(buf) - 1, 0);
+  if (n < 0) return ErrnoStatus(errno, absl::StrCat("read ", path));
+  buf[n] = '\0';
+  const char* p = std::strstr(buf, "populated ");
+  if (p == nullptr) return absl::InternalError(absl::StrCat(path, " has no \"populated\" line"));
+  return p[10] == '1';
 }
 
 absl::Status RemoveTree(const std::string& dir) {
@@ -57,15 +68,58 @@ absl::Status RemoveTree(const std::string& dir) {
 
 }  // namespace
 
-absl::Status KillAndRemoveCgroup(const std::string& dir) {
+absl::Status KillAndRemoveCgroup(const std::string& dir, std::chrono::milliseconds deadline) {
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) return absl::OkStatus();
-  for (int i = 0; i < 200 && HasProcesses(dir); ++i) {
-    KillAll(dir);
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const std::string events = dir + "/cgroup.events";
+  UniqueFd fd(open(events.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("open ", events));
+  const bool atomic_kill = KillViaCgroupKill(dir);
+  if (!atomic_kill) KillEachPid(dir);
+  const auto until = Clock::now() + deadline;
+  for (;;) {
+    // Read before waiting: the kernel signals changes after the last read.
+    EGR_ASSIGN_OR_RETURN(bool populated, Populated(fd.get(), events));
+    if (!populated) break;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    if (left.count() <= 0) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("processes in ", dir, " survived SIGKILL for ", deadline.count(), " ms"));
+    }
+    // Per-pid kills race with fork (a child born before its parent died
+    // does not change "populated"), so without cgroup.kill wake up to kill
+    // again; with it one kill is final and only the kernel's event matters.
+    int wait_ms = atomic_kill ? static_cast<int>(left.count()) : std::min<int>(left.count(), 50);
+    pollfd pfd{fd.get(), POLLPRI, 0};
+    if (poll(&pfd, 1, wait_ms) < 0 && errno != EINTR) return ErrnoStatus(errno, absl::StrCat("poll ", events));
+    if (!atomic_kill) KillEachPid(dir);
   }
-  if (HasProcesses(dir)) return absl::DeadlineExceededError(absl::StrCat("processes in ", dir, " survived SIGKILL for 2 s"));
   return RemoveTree(dir);
+}
+
+absl::StatusOr<bool> CgroupExists(uint64_t cgroup_id) {
+  EGR_ASSIGN_OR_RETURN(std::string root, FindCgroup2Mount());
+  UniqueFd mount_fd(open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!mount_fd.valid()) return ErrnoStatus(errno, absl::StrCat("open ", root));
+  // The handle type of this filesystem, learnt from the root; a cgroup2
+  // handle is its 64-bit cgroup id.
+  struct {
+    file_handle fh;
+    unsigned char bytes[MAX_HANDLE_SZ];
+  } h{};
+  h.fh.handle_bytes = MAX_HANDLE_SZ;
+  int mount_id = 0;
+  if (name_to_handle_at(mount_fd.get(), "", &h.fh, &mount_id, AT_EMPTY_PATH) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("name_to_handle_at ", root));
+  }
+  if (h.fh.handle_bytes != sizeof(cgroup_id)) {
+    return absl::InternalError(absl::StrCat("cgroup2 file handles are ", h.fh.handle_bytes, " bytes, not 8"));
+  }
+  std::memcpy(h.fh.f_handle, &cgroup_id, sizeof(cgroup_id));
+  UniqueFd cg(open_by_handle_at(mount_fd.get(), &h.fh, O_RDONLY | O_CLOEXEC));
+  if (cg.valid()) return true;
+  if (errno == ESTALE || errno == ENOENT) return false;
+  return ErrnoStatus(errno, absl::StrCat("open_by_handle_at cgroup ", cgroup_id));
 }
 
 }  // namespace egressd::control

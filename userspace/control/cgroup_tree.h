@@ -1,16 +1,26 @@
 // Creating and tearing down sandbox cgroups.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace egressd::control {
 
 // Kills every process in dir and below (cgroup.kill where the kernel has it,
-// SIGKILL per pid otherwise), waits for them to go, then removes the
-// directories depth-first.  Processes die before anything is unregistered, so
-// nothing of the sandbox ever runs unenforced.
-absl::Status KillAndRemoveCgroup(const std::string& dir);
+// SIGKILL per pid otherwise), waits for `cgroup.events` to say "populated 0"
+// (a wakeup from the kernel, not a poll loop), then removes the directories
+// depth-first.  Processes die before anything is unregistered, so nothing of
+// the sandbox ever runs unenforced.  DeadlineExceeded if they outlive
+// `deadline`.
+absl::Status KillAndRemoveCgroup(const std::string& dir,
+                                 std::chrono::milliseconds deadline = std::chrono::milliseconds(5000));
+
+// Whether the cgroup with this id still exists (open_by_handle_at on the
+// cgroup2 mount: a removed cgroup's handle is stale).  Errors other than
+// "stale" are returned, so a caller can stay on the safe side.
+absl::StatusOr<bool> CgroupExists(uint64_t cgroup_id);
 
 }  // namespace egressd::control

@@ -2,53 +2,170 @@
 
 #include <spdlog/spdlog.h>
 
-#include "userspace/common/errors.h"
-#include "userspace/common/instance_lock.h"
+#include "absl/strings/str_cat.h"
 #include "maps/pinned_maps.h"
-#include "maps/policy_store.h"
+#include "userspace/common/errors.h"
+#include "userspace/common/fault.h"
+#include "userspace/common/instance_lock.h"
 
 namespace egressd::control {
+namespace {
 
-// One locked read-modify-write over the instance's maps.
+struct Env {
+  maps::PolicyStore& store;
+  maps::SandboxTable& table;
+  const SandboxRecords& records;
+};
+
+// The contents of the policy installed under `id`, as the record knows them
+// (its current policy, or the one a flip was replacing).
+const policy::CompiledPolicy* KnownPolicy(const std::optional<SandboxRecord>& r, maps::PolicyId id) {
+  if (!r) return nullptr;
+  if (r->current.policy_id == id && r->current.policy) return &*r->current.policy;
+  if (r->previous && r->previous->policy_id == id && r->previous->policy) return &*r->previous->policy;
+  return nullptr;
+}
+
+absl::Status ReleaseKnown(maps::PolicyStore& store, maps::PolicyId id, const policy::CompiledPolicy* p) {
+  return p ? store.Release(id, *p) : store.Release(id);
+}
+
+// The sandbox's own record.  One that does not parse is treated as absent
+// (and replaced or removed by the caller): the old policy is then released by
+// walking the tries.
+absl::StatusOr<std::optional<SandboxRecord>> OwnRecord(const SandboxRecords& records, uint64_t cgroup_id) {
+  auto r = records.Load(cgroup_id);
+  if (r.ok() || !absl::IsDataLoss(r.status())) return r;
+  spdlog::warn("{}: replacing it", std::string(r.status().message()));
+  return std::optional<SandboxRecord>();
+}
+
+// Puts the record back as it was before a failed register.
+void RestoreRecord(const SandboxRecords& records, uint64_t cgroup_id, const std::optional<SandboxRecord>& old) {
+  absl::Status s = old ? records.Write(*old) : records.Remove(cgroup_id);
+  if (!s.ok()) spdlog::error("restoring the record of cgroup {}: {} (the next load repairs it)", cgroup_id, s.ToString());
+}
+
+}  // namespace
+
+absl::StatusOr<maps::PolicyId> FindEqualPolicy(const maps::PolicyStore& store, const maps::SandboxTable& table,
+                                               const SandboxRecords& records, const policy::CompiledPolicy& p,
+                                               uint64_t content_hash, uint64_t except) {
+  EGR_ASSIGN_OR_RETURN(auto candidates, store.CandidatesFor(content_hash));
+  if (candidates.empty()) return maps::PolicyId{0};
+  EGR_ASSIGN_OR_RETURN(auto entries, table.List());
+  for (maps::PolicyId cand : candidates) {
+    bool agree = false, disagree = false;
+    for (const auto& e : entries) {
+      if (e.cgroup_id == except || e.value.kind != EGR_CG_SANDBOX || e.value.policy_id != cand) continue;
+      auto r = records.Load(e.cgroup_id);
+      // Only a record whose current policy is the one in force is evidence
+      // (one that does not parse is none, and stops nobody's register).
+      if (!r.ok() || !*r || (*r)->current.policy_id != cand || !(*r)->current.policy) {
+        disagree = true;
+        continue;
+      }
+      (SameContents(*(*r)->current.policy, p) ? agree : disagree) = true;
+    }
+    if (agree && !disagree) return cand;
+    if (disagree) spdlog::warn("policy {:#x} has the hash of the new policy but other contents: not shared", cand);
+  }
+  return maps::PolicyId{0};
+}
+
+// One locked read-modify-write over the instance's maps and records.
 template <typename Fn>
 absl::Status Registry::Locked(Fn fn) {
   EGR_ASSIGN_OR_RETURN(auto lock, InstanceLock::Acquire(paths_));
   EGR_ASSIGN_OR_RETURN(auto maps, maps::PinnedMaps::Open(paths_.pin_root));
   maps::PolicyStore store(maps);
   maps::SandboxTable table(maps);
-  return fn(store, table);
+  SandboxRecords records(paths_);
+  return fn(Env{store, table, records});
 }
 
-absl::Status Registry::Register(uint64_t cgroup_id, const policy::CompiledPolicy& p) {
-  return Locked([&](maps::PolicyStore& store, maps::SandboxTable& table) -> absl::Status {
-    EGR_ASSIGN_OR_RETURN(auto old, table.Get(cgroup_id));
-    EGR_ASSIGN_OR_RETURN(maps::PolicyId id, store.Acquire(p));
-    if (absl::Status s = table.Point(cgroup_id, id); !s.ok()) {
-      (void)store.Release(id);
+absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::CompiledPolicy& p) {
+  return Locked([&](Env env) -> absl::Status {
+    const uint64_t cg = sandbox.cgroup_id;
+    EGR_ASSIGN_OR_RETURN(auto old, env.table.Get(cg));
+    EGR_ASSIGN_OR_RETURN(const std::optional<SandboxRecord> old_record, OwnRecord(env.records, cg));
+    const bool flip = old && old->kind == EGR_CG_SANDBOX;
+    const std::string step = flip ? "flip" : "register";
+
+    const uint64_t hash = p.ContentHash();
+    EGR_ASSIGN_OR_RETURN(maps::PolicyId id, FindEqualPolicy(env.store, env.table, env.records, p, hash, cg));
+    const bool shared = id != 0;
+    if (!shared) {
+      EGR_ASSIGN_OR_RETURN(id, env.store.FreshId());
+    }
+
+    // 1. The record, naming the policy the maps still enforce during a flip.
+    SandboxRecord record{.cgroup_id = cg,
+                         .cgroup_path = sandbox.cgroup_path,
+                         .labels = sandbox.labels,
+                         .netns_cookie = sandbox.netns_cookie,
+                         .netns_inode = sandbox.netns_inode,
+                         .current = {id, p}};
+    const policy::CompiledPolicy* old_policy = flip ? KnownPolicy(old_record, old->policy_id) : nullptr;
+    if (flip) {
+      record.previous = PolicyRef{old->policy_id, old_policy ? std::optional(*old_policy) : std::nullopt};
+      if (old_record) record.previous_labels = old_record->labels;
+    }
+    EGR_RETURN_IF_ERROR(env.records.Write(record));
+    CrashPoint(step + ":after-record");
+
+    // 2. The policy: a new id's entries then header, or one more reference.
+    absl::Status s = shared ? env.store.AddRef(id) : env.store.Install(id, p, hash);
+    if (!s.ok()) {
+      RestoreRecord(env.records, cg, old_record);
       return s;
     }
-    if (old && old->kind == EGR_CG_SANDBOX) EGR_RETURN_IF_ERROR(store.Release(old->policy_id));
-    spdlog::debug("cgroup {} now judged by policy {:#x}", cgroup_id, id);
+    CrashPoint(step + ":after-policy-write");
+
+    // 3. The flip: one map update.
+    if (s = env.table.Point(cg, id); !s.ok()) {
+      (void)env.store.Release(id, p);
+      RestoreRecord(env.records, cg, old_record);
+      return s;
+    }
+    CrashPoint(step + ":after-flip");
+
+    // 4. The old policy, no longer pointed at by this sandbox.
+    if (flip) {
+      EGR_RETURN_IF_ERROR(ReleaseKnown(env.store, old->policy_id, old_policy));
+      CrashPoint(step + ":after-release");
+    }
+    spdlog::debug("cgroup {} now judged by policy {:#x}{}", cg, id, shared ? " (shared)" : "");
     return absl::OkStatus();
   });
 }
 
 absl::Status Registry::Unregister(uint64_t cgroup_id) {
-  return Locked([&](maps::PolicyStore& store, maps::SandboxTable& table) -> absl::Status {
-    EGR_ASSIGN_OR_RETURN(auto old, table.Get(cgroup_id));
-    if (!old) return absl::OkStatus();
-    EGR_RETURN_IF_ERROR(table.Remove(cgroup_id));
-    if (old->kind == EGR_CG_SANDBOX) EGR_RETURN_IF_ERROR(store.Release(old->policy_id));
-    return absl::OkStatus();
+  return Locked([&](Env env) -> absl::Status {
+    EGR_ASSIGN_OR_RETURN(auto old, env.table.Get(cgroup_id));
+    EGR_ASSIGN_OR_RETURN(auto record, OwnRecord(env.records, cgroup_id));
+    if (old) {
+      EGR_RETURN_IF_ERROR(env.table.Remove(cgroup_id));
+      CrashPoint("remove:after-unregister");
+      if (old->kind == EGR_CG_SANDBOX) {
+        EGR_RETURN_IF_ERROR(ReleaseKnown(env.store, old->policy_id, KnownPolicy(record, old->policy_id)));
+        CrashPoint("remove:after-release");
+      }
+    }
+    return env.records.Remove(cgroup_id);
   });
 }
 
 absl::Status Registry::Contain(uint64_t cgroup_id) {
-  return Locked([&](maps::PolicyStore& store, maps::SandboxTable& table) -> absl::Status {
-    EGR_ASSIGN_OR_RETURN(auto old, table.Get(cgroup_id));
-    EGR_RETURN_IF_ERROR(table.MarkContainedRoot(cgroup_id));
-    if (old && old->kind == EGR_CG_SANDBOX) EGR_RETURN_IF_ERROR(store.Release(old->policy_id));
-    return absl::OkStatus();
+  return Locked([&](Env env) -> absl::Status {
+    EGR_ASSIGN_OR_RETURN(auto old, env.table.Get(cgroup_id));
+    EGR_ASSIGN_OR_RETURN(auto record, OwnRecord(env.records, cgroup_id));
+    EGR_RETURN_IF_ERROR(env.table.MarkContainedRoot(cgroup_id));
+    if (old && old->kind == EGR_CG_SANDBOX) {
+      EGR_RETURN_IF_ERROR(ReleaseKnown(env.store, old->policy_id, KnownPolicy(record, old->policy_id)));
+    }
+    // A contained root is no sandbox: it has no record.
+    return env.records.Remove(cgroup_id);
   });
 }
 

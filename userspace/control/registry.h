@@ -1,28 +1,54 @@
 // The control plane's one entry point for changing what the kernel enforces:
 // register a sandbox with a compiled policy (or flip it to a new one),
-// unregister it, mark a contained root.  Each call holds the pin-dir lock for
+// unregister it, mark a contained root.  Each call holds the instance lock for
 // its whole read-modify-write, so egressctl processes and the daemon can share
 // one loaded instance.
+//
+// Every change is ordered so that a crash between any two steps leaves a
+// state the next `egressctl load` (control/reconcile.h) repairs without ever
+// opening anything:
+//   register/flip: record (with the policy it replaces), policy entries then
+//                  header (or one more reference to an equal policy), the flip
+//                  (one map update), release of the old policy;
+//   remove:        unregister (one map update), release, delete the record.
+// Each step is followed by a CrashPoint ("register:after-record",
+// "flip:after-policy-write", "remove:after-release", ...) for the
+// crash-consistency test.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "userspace/common/node.h"
 #include "maps/policy_store.h"
 #include "maps/sandbox_table.h"
+#include "userspace/common/node.h"
+#include "userspace/control/sandbox_record.h"
 #include "userspace/policy/compiled_policy.h"
 
 namespace egressd::control {
+
+// What the registry records about a sandbox besides its policy.
+struct SandboxSpec {
+  uint64_t cgroup_id = 0;
+  std::string cgroup_path;
+  Labels labels;
+  uint64_t netns_cookie = 0;  // 0: not known
+  uint64_t netns_inode = 0;
+};
 
 class Registry {
  public:
   explicit Registry(Paths paths) : paths_(std::move(paths)) {}
 
-  // Writes the policy aside, then points the sandbox at it in one map update
-  // (wholly old or wholly new policy, never a mix), then drops the old one.
-  absl::Status Register(uint64_t cgroup_id, const policy::CompiledPolicy& p);
+  // Writes the policy aside (or shares an equal one), then points the sandbox
+  // at it in one map update (wholly old or wholly new policy, never a mix),
+  // then drops the old one.
+  absl::Status Register(const SandboxSpec& sandbox, const policy::CompiledPolicy& p);
+  absl::Status Register(uint64_t cgroup_id, const policy::CompiledPolicy& p) {
+    return Register(SandboxSpec{.cgroup_id = cgroup_id}, p);
+  }
   absl::Status Unregister(uint64_t cgroup_id);
   absl::Status Contain(uint64_t cgroup_id);
   absl::StatusOr<std::vector<maps::CgroupEntry>> List() const;
@@ -33,5 +59,13 @@ class Registry {
 
   Paths paths_;
 };
+
+// The stored policy id whose contents equal p, or 0: a candidate (same
+// header hash) is shared only when a sandbox other than `except` is judged by
+// it (its map entry points there) and that sandbox's record holds, for that
+// id, a policy with the same contents, and no such record disagrees.
+absl::StatusOr<maps::PolicyId> FindEqualPolicy(const maps::PolicyStore& store, const maps::SandboxTable& table,
+                                               const SandboxRecords& records, const policy::CompiledPolicy& p,
+                                               uint64_t content_hash, uint64_t except);
 
 }  // namespace egressd::control

@@ -1,0 +1,21 @@
+// --label and --netns of sandbox add and run, turned into what the registry
+// records.  Bad input is InvalidArgument naming the value.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tools/egressctl/commands.h"
+#include "userspace/control/registry.h"
+
+namespace egressd::cli {
+
+// Labels only: validated before anything is created.
+absl::StatusOr<control::Labels> ParseLabels(const SandboxFlags& flags);
+
+// The spec of cgroup `path` (id `cgroup_id`), its netns from flags.netns or,
+// when that is empty, `default_netns` (run: egressctl's own); "" for none.
+absl::StatusOr<control::SandboxSpec> MakeSandboxSpec(const SandboxFlags& flags, const std::string& path,
+                                                     uint64_t cgroup_id, const std::string& default_netns);
+
+}  // namespace egressd::cli
