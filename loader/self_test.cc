@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "userspace/common/cgroup_tree.h"
 #include "userspace/common/errors.h"
 #include "maps/pinned_maps.h"
 #include "maps/policy_store.h"
@@ -95,15 +96,13 @@ std::string SelfTestPrefix(const Paths& paths) {
   return absl::StrCat("egressd-selftest-", tag, "-");
 }
 
-// Ends whatever still runs in a dead self-test's cgroup and removes it.
-void RemoveSelfTestCgroup(const std::string& dir) {
-  if (int fd = open((dir + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC); fd >= 0) {
-    (void)!write(fd, "1", 1);
-    close(fd);
-  }
-  // The probe never blocks (a denied connect fails at once), so it is gone
-  // or going; rmdir succeeds once it has been reaped.
-  for (int i = 0; i < 100 && rmdir(dir.c_str()) != 0 && errno == EBUSY; ++i) usleep(10000);
+// What the self-test's probe cgroup is judged by: deny everything, refuse at
+// once.  Never shared (PolicyStore::Acquire installs it under a fresh id).
+policy::CompiledPolicy SelfTestPolicy() {
+  policy::CompiledPolicy deny_all;
+  deny_all.default_verdict = policy::Verdict::kDeny;
+  deny_all.deny_action = policy::DenyAction::kReject;
+  return deny_all;
 }
 
 }  // namespace
@@ -129,10 +128,12 @@ int CollectDeadSelfTests(const Paths& paths) {
       maps::SandboxTable table(*maps);
       if (auto v = table.Get(*id); v.ok() && *v) {
         (void)table.Remove(*id);
-        if ((*v)->kind == EGR_CG_SANDBOX) (void)maps::PolicyStore(*maps).Release((*v)->policy_id);
+        if ((*v)->kind == EGR_CG_SANDBOX) (void)maps::PolicyStore(*maps).Release((*v)->policy_id, SelfTestPolicy());
       }
     }
-    RemoveSelfTestCgroup(dir);
+    // The probe never blocks (a denied connect fails at once): it is gone or
+    // going, and the cgroup goes with it.
+    if (absl::Status s = KillAndRemoveCgroup(dir); !s.ok()) spdlog::warn("{}", s.ToString());
   }
   return static_cast<int>(dirs.size());
 }
@@ -148,9 +149,7 @@ absl::Status RunSelfTest(const Paths& paths) {
   EGR_ASSIGN_OR_RETURN(auto maps, maps::PinnedMaps::Open(paths.pin_root));
   maps::PolicyStore store(maps);
   maps::SandboxTable table(maps);
-  policy::CompiledPolicy deny_all;
-  deny_all.default_verdict = policy::Verdict::kDeny;
-  deny_all.deny_action = policy::DenyAction::kReject;
+  const policy::CompiledPolicy deny_all = SelfTestPolicy();
 
   absl::Status result;
   auto id = CgroupIdOf(dir);

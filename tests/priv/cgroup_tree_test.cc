@@ -10,7 +10,7 @@
 
 #include "egressd_env.h"
 #include "userspace/common/node.h"
-#include "userspace/control/cgroup_tree.h"
+#include "userspace/common/cgroup_tree.h"
 
 namespace egressd::test {
 namespace {
@@ -31,8 +31,8 @@ TEST(CgroupTree, KillAndRemoveWaitsForTheKernelsEventAndRemovesTheTree) {
   ASSERT_EQ(mkdir(child.c_str(), 0755), 0);
   auto top_id = CgroupIdOf(*top), child_id = CgroupIdOf(child);
   ASSERT_TRUE(top_id.ok() && child_id.ok());
-  EXPECT_TRUE(control::CgroupExists(*top_id).value());
-  EXPECT_TRUE(control::CgroupExists(*child_id).value());
+  EXPECT_TRUE(CgroupExists(*top_id).value());
+  EXPECT_TRUE(CgroupExists(*child_id).value());
 
   // Processes in both, one of them forking children as fast as it can.
   std::vector<Background> procs;
@@ -51,16 +51,16 @@ TEST(CgroupTree, KillAndRemoveWaitsForTheKernelsEventAndRemovesTheTree) {
   }));
 
   auto t0 = std::chrono::steady_clock::now();
-  absl::Status s = control::KillAndRemoveCgroup(*top);
+  absl::Status s = KillAndRemoveCgroup(*top);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(s.ok()) << s;
   std::printf("[ figure ] killed 4 processes (2 forking) in 2 cgroups and removed them in %.2f ms\n", ms);
   EXPECT_FALSE(Exists(child));
   EXPECT_FALSE(Exists(*top));
   for (auto& p : procs) EXPECT_EQ(p.Wait(milliseconds(5000)).exit_code, -SIGKILL);
-  EXPECT_FALSE(control::CgroupExists(*top_id).value()) << "a removed cgroup still resolves";
-  EXPECT_FALSE(control::CgroupExists(*child_id).value());
-  EXPECT_TRUE(control::KillAndRemoveCgroup(*top).ok()) << "a missing cgroup is already removed";
+  EXPECT_FALSE(CgroupExists(*top_id).value()) << "a removed cgroup still resolves";
+  EXPECT_FALSE(CgroupExists(*child_id).value());
+  EXPECT_TRUE(KillAndRemoveCgroup(*top).ok()) << "a missing cgroup is already removed";
 }
 
 }  // namespace

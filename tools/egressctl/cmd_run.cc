@@ -20,7 +20,7 @@
 #include "userspace/sandbox/isolation.h"
 #include "tools/egressctl/policy_flags.h"
 #include "tools/egressctl/sandbox_flags.h"
-#include "userspace/control/cgroup_tree.h"
+#include "userspace/common/cgroup_tree.h"
 #include "userspace/control/reconcile.h"
 #include "userspace/control/registry.h"
 
@@ -91,7 +91,7 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
                               : absl::StatusOr<control::SandboxSpec>(id.status());
   absl::Status registered = sandbox_spec.ok() ? registry.Register(*sandbox_spec, *policy) : sandbox_spec.status();
   if (!registered.ok()) {
-    (void)control::KillAndRemoveCgroup(spec.cgroup_dir);
+    (void)KillAndRemoveCgroup(spec.cgroup_dir);
     return Report(registered);
   }
   spdlog::info("sandbox {} (cgroup id {}) registered; running {}", spec.cgroup_dir, *id, command[0]);
@@ -100,7 +100,7 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   auto code = sandbox::RunIsolated(spec);
 
   // Kill whatever the command left behind before its policy goes away.
-  absl::Status cleanup = control::KillAndRemoveCgroup(spec.cgroup_dir);
+  absl::Status cleanup = KillAndRemoveCgroup(spec.cgroup_dir);
   if (cleanup.ok()) cleanup = registry.Unregister(*id);
   if (!cleanup.ok()) spdlog::error("cleaning up sandbox {}: {}", spec.cgroup_dir, cleanup.ToString());
   if (!code.ok()) return Report(code.status());

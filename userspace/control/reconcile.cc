@@ -8,7 +8,7 @@
 #include "maps/policy_store.h"
 #include "maps/sandbox_table.h"
 #include "userspace/common/errors.h"
-#include "userspace/control/cgroup_tree.h"
+#include "userspace/common/cgroup_tree.h"
 #include "userspace/control/sandbox_record.h"
 
 namespace egressd::control {

@@ -1,4 +1,4 @@
-#include "userspace/control/cgroup_tree.h"
+#include "userspace/common/cgroup_tree.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include "userspace/common/node.h"
 #include "userspace/common/unique_fd.h"
 
-namespace egressd::control {
+namespace egressd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -122,4 +122,4 @@ absl::StatusOr<bool> CgroupExists(uint64_t cgroup_id) {
   return ErrnoStatus(errno, absl::StrCat("open_by_handle_at cgroup ", cgroup_id));
 }
 
-}  // namespace egressd::control
+}  // namespace egressd

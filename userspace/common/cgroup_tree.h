@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace egressd::control {
+namespace egressd {
 
 // Kills every process in dir and below (cgroup.kill where the kernel has it,
 // SIGKILL per pid otherwise), waits for `cgroup.events` to say "populated 0"
@@ -23,4 +23,4 @@ absl::Status KillAndRemoveCgroup(const std::string& dir,
 // "stale" are returned, so a caller can stay on the safe side.
 absl::StatusOr<bool> CgroupExists(uint64_t cgroup_id);
 
-}  // namespace egressd::control
+}  // namespace egressd
