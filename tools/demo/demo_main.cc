@@ -1,8 +1,10 @@
-// egressd-demo: the README's first command.  Builds the lab (network
-// namespaces with hosts on TEST-NET and metadata addresses; nothing leaves the
-// machine), loads egressd under a pin root of its own, runs sandboxed
-// commands under several policies as a hostile sandbox would (root, only
-// CAP_NET_RAW), and shows what each attempt got and what the lab host saw.
+// egressd-demo: the README's first command.  Builds the lab (a pod netns
+// behind a veth to a node netns, routed to a world netns whose hosts carry
+// TEST-NET and metadata addresses; nothing leaves the machine), loads egressd
+// in the node netns under a pin root of its own, runs sandboxed commands
+// under several policies as a hostile sandbox would (root, only CAP_NET_RAW),
+// and shows what each attempt got and what the lab host saw; then registers
+// a pod's cgroup as an orchestrator does (with labels) and shows its record.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -38,14 +40,21 @@ int main() {
     return 1;
   }
   const std::string pins = "/sys/fs/bpf/egr-demo-" + (*lab)->id();
+  const std::string runtime = "/run/egressd-demo-" + (*lab)->id();
   const std::string ctl = BinaryPath("egressctl");
-  auto ctl_run = [&](std::vector<std::string> args, bool in_client) {
+  // egressctl in the node's netns (where a DaemonSet's egressd runs), or in
+  // the pod's for `egressctl run` beside the workload.
+  auto ctl_run = [&](std::vector<std::string> args, bool in_pod) {
     RunSpec s;
-    s.argv = {ctl, "--pin-root", pins};
+    s.argv = {ctl, "--pin-root", pins, "--runtime-dir", runtime};
     s.argv.insert(s.argv.end(), args.begin(), args.end());
-    if (in_client) s.netns = (*lab)->client_netns();
+    s.netns = in_pod ? (*lab)->client_netns() : (*lab)->node_netns();
+    s.env["EGRESSD_NODE_NETNS"] = (*lab)->node_netns();
     s.timeout = std::chrono::milliseconds(20000);
     return Run(s);
+  };
+  auto show = [](const std::string& cmd, const RunResult& r) {
+    std::printf("\n$ %s   (exit %d)\n%s%s", cmd.c_str(), r.exit_code, r.out.c_str(), r.err.c_str());
   };
   RunResult load = ctl_run({"load"}, false);
   std::printf("$ egressctl load\n%s%s\n", load.out.c_str(), load.err.c_str());
@@ -79,7 +88,9 @@ int main() {
     std::string saw = lines.empty() ? "exit " + std::to_string(r.exit_code)
                                     : (Field(lines[0], "result") == "ok" ? "ok" : Field(lines[0], "errno"));
     if (!lines.empty() && Field(lines[0], "op") == "raw-icmp") saw = Field(lines[0], "echo") == "true" ? "echo reply" : "no reply";
-    Lab::Settle(std::chrono::milliseconds(200));
+    // Markers sent after the attempt on the same path: once they arrived,
+    // anything the attempt sent has arrived too.
+    if (auto s = (*lab)->Drain(); !s.ok()) std::fprintf(stderr, "egressd-demo: %s\n", s.ToString().c_str());
     std::string policy;
     for (const auto& p : sc.policy) policy += p + " ";
     if (policy.empty()) policy = "(none)";
@@ -87,10 +98,31 @@ int main() {
                 static_cast<unsigned long long>((*lab)->PacketsTo(sc.dst)), sc.dst);
   }
   RunResult bad = ctl_run({"run", "--egress", "169.254.0.0/16", "--", "true"}, true);
-  std::printf("\n$ egressctl run --egress 169.254.0.0/16 -- true   (exit %d)\n%s", bad.exit_code, bad.err.c_str());
-  RunResult status = ctl_run({"status"}, false);
-  std::printf("\n$ egressctl status\n%s", status.out.c_str());
+  show("egressctl run --egress 169.254.0.0/16 -- true", bad);
+
+  // A pod, as an orchestrator registers it: its cgroup, a declaration and
+  // labels; egressd keeps a record of each sandbox beside the maps.
+  auto pod_cg = (*lab)->MakeCgroup("pod-agent-7");
+  if (!pod_cg.ok()) return 1;
+  show("egressctl sandbox add --cgroup .../pod-agent-7 --egress " + std::string(kPublicA4) +
+           " --label pod=agent-7 --label namespace=evals",
+       ctl_run({"sandbox", "add", "--cgroup", *pod_cg, "--egress", kPublicA4, "--label", "pod=agent-7",
+                "--label", "namespace=evals", "--netns", (*lab)->client_netns()},
+               false));
+  for (const char* dst : {kPublicA4, kImds4}) {
+    RunResult r = (*lab)->Probe({"tcp", dst, "80"}, *pod_cg, /*hostile=*/true);
+    auto lines = ParseProbeLines(r.out);
+    std::printf("pod-agent-7 connects to %-16s %s\n", dst,
+                lines.empty() ? ("exit " + std::to_string(r.exit_code)).c_str()
+                              : (Field(lines[0], "result") == "ok" ? "ok" : Field(lines[0], "errno").c_str()));
+  }
+  show("egressctl status", ctl_run({"status"}, false));
+  show("egressctl sandbox remove --cgroup .../pod-agent-7",
+       ctl_run({"sandbox", "remove", "--cgroup", *pod_cg}, false));
   RunResult unload = ctl_run({"unload"}, false);
-  std::printf("\n$ egressctl unload\n%s%s", unload.out.c_str(), unload.err.c_str());
+  show("egressctl unload", unload);
+  RunSpec rm;
+  rm.argv = {"rm", "-rf", runtime};
+  Run(rm);
   return unload.exit_code;
 }
