@@ -107,6 +107,9 @@ void OpRawUdp(const Op& op);
 void OpRawIcmp(const Op& op);
 void OpPingSock(const Op& op);
 
+void OpMcastJoin(const Op& op);
+void OpSoBroadcast(const Op& op);
+
 void OpWriteFile(const Op& op);
 void OpUnlink(const Op& op);
 void OpKill(const Op& op);

@@ -55,6 +55,11 @@ Network operations:
                                 one TCP connection; line "round":0 for the connect, then
                                 every N ms send "round i" and expect its echo (K rounds);
                                 each round line has "start_ms" (CLOCK_MONOTONIC)
+  mcast-join GROUP IFNAME [--api membership|source|group|source-group] [--source S]
+                                join GROUP on IFNAME (IP_ADD_MEMBERSHIP / IPV6_JOIN_GROUP,
+                                IP_ADD_SOURCE_MEMBERSHIP, MCAST_JOIN_GROUP,
+                                MCAST_JOIN_SOURCE_GROUP), hold it --hold-ms (200)
+  so-broadcast ADDR PORT        setsockopt(SO_BROADCAST, 1), then sendto() ADDR
 Other operations:
   write-file PATH TEXT [--create]   open(O_WRONLY) + write
   unlink PATH | mkdir PATH | kill PID SIG (number or name)
@@ -87,6 +92,8 @@ const std::vector<OpSpec>& Specs() {
       {"raw-udp", {A::kAddr, A::kPort}, OpRawUdp},
       {"raw-icmp", {A::kAddr}, OpRawIcmp},
       {"ping-sock", {A::kAddr}, OpPingSock},
+      {"mcast-join", {A::kAddr, A::kText}, OpMcastJoin},
+      {"so-broadcast", {A::kAddr4, A::kPort}, OpSoBroadcast},
       {"rthdr6", {A::kAddr6, A::kPort, A::kAddr6}, OpRthdr6},
       {"lsrr4", {A::kAddr4, A::kPort, A::kAddr4}, OpLsrr4},
       {"tfo", {A::kAddr, A::kPort}, OpTfo},
@@ -107,9 +114,10 @@ const std::vector<OpSpec>& Specs() {
 }
 
 const std::set<std::string> kValueOpts = {"timeout-ms", "wait-ms", "payload", "interval-ms",
-                                          "count", "connect-timeout-ms", "rh-type"};
+                                          "count", "connect-timeout-ms", "rh-type",
+                                          "api", "source", "hold-ms"};
 const std::set<std::string> kIntOpts = {"timeout-ms", "wait-ms", "interval-ms", "count",
-                                        "connect-timeout-ms", "rh-type"};
+                                        "connect-timeout-ms", "rh-type", "hold-ms"};
 const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create"};
 
 struct UsageError {

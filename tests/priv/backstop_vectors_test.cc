@@ -103,6 +103,17 @@ Bytes OverlongFirstExtension(Bytes b) {
 
 Ext Pad(uint8_t type) { return {type, Bytes(6, 0)}; }
 
+// RFC 6554 (RPL, type 3) with CmprI = CmprE = 8: each hop is the last 8 bytes
+// of an address whose first 8 are the destination's.  Behind a destination in
+// fd00:ec2::/64 the hops are fd00:ec2::2001:db8:0:0 and fd00:ec2::254; read as
+// a plain address list the 16 bytes are 2001:db8::254, a harmless-looking hop.
+Ext CompressedRpl() {
+  Bytes body = {3, 2, 0x88, 0, 0, 0};
+  const uint8_t hops[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54};
+  body.insert(body.end(), hops, hops + 16);
+  return {43, body};
+}
+
 constexpr uint32_t kPass = 1, kReject = 0;
 
 struct Vector {
@@ -124,6 +135,9 @@ std::vector<Vector> Vectors() {
       {"V4LooseSourceRouteRefused", V4("192.0.2.10", 17, 7000, lsrr), kReject},
       {"V4StrictSourceRouteRefused", V4("192.0.2.10", 17, 7000, ssrr), kReject},
       {"V4OtherOptionsPass", V4("192.0.2.10", 17, 7000, timestamp), kPass},
+      // The last option byte is a type whose length byte is not in the header.
+      {"V4OptionTypeWithoutLengthRefused", V4("192.0.2.10", 17, 7000, {1, 1, 1, 68}), kReject},
+      {"V4OptionLengthPastTheOptionsRefused", V4("192.0.2.10", 17, 7000, {68, 12, 5, 0}), kReject},
       {"V4PortGrantMatches", V4("198.51.100.7", 6, 443), kPass},
       {"V4PortGrantOtherPortDenied", V4("198.51.100.7", 6, 80), kReject},
       {"V4NonFirstFragmentHasNoPortForAGrant", V4("198.51.100.7", 6, 443, {}, 0x0010), kReject},
@@ -132,11 +146,26 @@ std::vector<Vector> Vectors() {
       {"V6UnnamedDenied", V6("2001:db8:1::5", 7000), kReject},
       {"V6ProtectedDenied", V6("fd00:ec2::254", 7000), kReject},
       {"V6Nat64OfProtectedV4Denied", V6("64:ff9b::a9fe:a9fe", 7000), kReject},
+      {"V6CompatibleOfProtectedV4Denied", V6("::a9fe:a9fe", 7000), kReject},
+      {"V6CompatibleOfAllowedV4Passes", V6("::c000:20a", 7000), kPass},
+      {"V6SiitOfProtectedV4Denied", V6("::ffff:0:a9fe:a9fe", 7000), kReject},
+      {"V6LocalNat64At96OfProtectedV4Denied", V6("64:ff9b:1::a9fe:a9fe", 7000), kReject},
+      {"V6LocalNat64At64OfProtectedV4Denied", V6("64:ff9b:1:0:a9:fea9:fe00:0", 7000), kReject},
+      {"V6LocalNat64At56OfProtectedV4Denied", V6("64:ff9b:1:a9:fe:a9fe::", 7000), kReject},
+      {"V6LocalNat64At48OfProtectedV4Denied", V6("64:ff9b:1:a9fe:a9:fe00::", 7000), kReject},
+      {"V6LocalNat64OfAllowedV4Passes", V6("64:ff9b:1::c000:20a", 7000), kPass},
+      {"V6AllowedBehindProtectedHostPasses", V6("fd00:ec2::1", 7000), kPass},
       {"V6ExtensionChainToAllowedPasses", V6("2001:db8::10", 7000, {Pad(0), Pad(60)}), kPass},
+      {"V6FiveExtensionHeadersPass", V6("2001:db8::10", 7000, {Pad(0), Pad(60), Pad(60), Pad(60), Pad(60)}), kPass},
       {"V6SixExtensionHeadersRefused", V6("2001:db8::10", 7000, {Pad(0), Pad(60), Pad(60), Pad(60), Pad(60), Pad(60)}), kReject},
       {"V6RoutingHeaderAllHopsAllowedPasses", V6("2001:db8::10", 7000, {{43, Routing(4, {"2001:db8::10", "2001:db8::11"})}}), kPass},
       {"V6RoutingHeaderHopProtectedRefused", V6("2001:db8::10", 7000, {{43, Routing(4, {"2001:db8::10", "fd00:ec2::254"})}}), kReject},
       {"V6RoutingHeaderHopUnnamedRefused", V6("2001:db8::10", 7000, {{43, Routing(4, {"2001:db8:1::5"})}}), kReject},
+      {"V6RoutingHeaderType0AllowedPasses", V6("2001:db8::10", 7000, {{43, Routing(0, {"2001:db8::11"})}}), kPass},
+      {"V6RoutingHeaderType2AllowedPasses", V6("2001:db8::10", 7000, {{43, Routing(2, {"2001:db8::11"})}}), kPass},
+      {"V6CompressedRplHidingProtectedHopRefused", V6("fd00:ec2::1", 7000, {CompressedRpl()}), kReject},
+      {"V6UnknownRoutingHeaderTypeRefused", V6("2001:db8::10", 7000, {{43, Routing(5, {"2001:db8::11"})}}), kReject},
+      {"V6RoutingHeaderHopCompatImdsRefused", V6("2001:db8::10", 7000, {{43, Routing(4, {"::a9fe:a9fe"})}}), kReject},
       {"V6TwoRoutingHeadersRefused", V6("2001:db8::10", 7000, {{43, Routing(4, {"2001:db8::10"})}, {43, Routing(4, {"2001:db8::11"})}}), kReject},
       {"V6FragmentFirstCarriesPort", V6("2001:db8::10", 7000, {{44, {0, 0, 0, 0, 0, 1, 0}}}), kPass},
       {"V6ExtensionHeaderPastTheEndRefused", OverlongFirstExtension(V6("2001:db8::10", 7000, {Pad(60)})), kReject},
@@ -169,6 +198,12 @@ policy::CompiledPolicy VectorsPolicy() {
   p.allowed.push_back({*net::Cidr::Parse("198.51.100.7"), {{443, 443}}, "test"});
   p.allowed.push_back({*net::Cidr::Parse("2001:db8::/64"), {}, "test"});
   p.allowed.push_back({*net::Cidr::Parse("64:ff9b::/96"), {}, "test"});
+  // The embedded-IPv4 spaces and fd00:ec2::/64 are allowed, so a vector there
+  // is refused only by the protected address inside it.
+  p.allowed.push_back({*net::Cidr::Parse("::/96"), {}, "test"});
+  p.allowed.push_back({*net::Cidr::Parse("::ffff:0:0:0/96"), {}, "test"});
+  p.allowed.push_back({*net::Cidr::Parse("64:ff9b:1::/48"), {}, "test"});
+  p.allowed.push_back({*net::Cidr::Parse("fd00:ec2::/64"), {}, "test"});
   return p;
 }
 

@@ -109,7 +109,7 @@ class Failures : public testing::Test {
 
 TEST_F(Failures, RefusedAttachOnAFreshLoadRollsBackTheLinksAlreadyAttached) {
   Instance inst("attach");
-  // The fourth of five programs: three are attached when it fails.
+  // The fourth of six programs: three are attached when it fails.
   RunResult r = inst.Ctl({"load"}, {{"EGRESSD_FAULT", "attach:egr_sendmsg6=EPERM"}});
   ExpectSystemFailure(r, "egr_sendmsg6");
   EXPECT_TRUE(absl::StrContains(r.err, "rolled back: egr_sendmsg4 detached, egr_connect6 detached, "
@@ -122,18 +122,31 @@ TEST_F(Failures, RefusedAttachOnAFreshLoadRollsBackTheLinksAlreadyAttached) {
   // And the instance is usable afterwards: the next load attaches everything.
   RunResult again = inst.Ctl({"load"});
   EXPECT_EQ(again.exit_code, 0) << again.Describe();
-  EXPECT_EQ(LinkPrograms(inst.pins()).size(), 5u);
+  EXPECT_EQ(LinkPrograms(inst.pins()).size(), 6u);
 }
 
 TEST_F(Failures, RefusedUpdateOnAnUpgradePutsTheOldProgramsBack) {
   Instance inst("upgrade");
   ASSERT_EQ(inst.Ctl({"load"}).exit_code, 0);
   auto before = LinkPrograms(inst.pins());
-  ASSERT_EQ(before.size(), 5u);
+  ASSERT_EQ(before.size(), 6u);
   // A kernel EINVAL is the kernel's answer, not bad input.
   RunResult r = inst.Ctl({"load"}, {{"EGRESSD_FAULT", "attach:egr_skb_egress=EINVAL"}});
   ExpectSystemFailure(r, "egr_skb_egress");
   EXPECT_TRUE(absl::StrContains(r.err, "egr_connect4 back on its previous program")) << r.err;
+  EXPECT_EQ(LinkPrograms(inst.pins()), before) << "every hook must run the programs it ran before";
+}
+
+// The last hook (cgroup/setsockopt): every hook before it was swapped to the
+// new programs when it fails, and each goes back.
+TEST_F(Failures, RefusedUpdateOfTheLastHookPutsEveryOtherHookBack) {
+  Instance inst("upgrade-last");
+  ASSERT_EQ(inst.Ctl({"load"}).exit_code, 0);
+  auto before = LinkPrograms(inst.pins());
+  ASSERT_EQ(before.size(), 6u);
+  RunResult r = inst.Ctl({"load"}, {{"EGRESSD_FAULT", "attach:egr_setsockopt=EINVAL"}});
+  ExpectSystemFailure(r, "egr_setsockopt");
+  EXPECT_TRUE(absl::StrContains(r.err, "egr_skb_egress back on its previous program")) << r.err;
   EXPECT_EQ(LinkPrograms(inst.pins()), before) << "every hook must run the programs it ran before";
 }
 
