@@ -10,6 +10,7 @@
 #include "lib/sandbox.h"
 #include "lib/sock_addr.h"
 #include "lib/backstop.h"
+#include "lib/sockopt.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -72,4 +73,19 @@ int egr_skb_egress(struct __sk_buff *skb)
 
 	egr_count_decision(d, EGR_STAT_SKB_PASS, EGR_STAT_SKB_DROP);
 	return egr_cgroup_skb_code(d);
+}
+
+/* cgroup/setsockopt: 1 lets the kernel apply the option, 0 fails the call
+ * with EPERM.  Run in the caller's context, so the caller's sandbox judges
+ * (a socket handed in over SCM_RIGHTS is judged by its new owner). */
+SEC("cgroup/setsockopt")
+int egr_setsockopt(struct bpf_sockopt *ctx)
+{
+	struct egr_sockopt o;
+	struct egr_decision d;
+
+	egr_sockopt_read(ctx, &o);
+	d = egr_sockopt_judge(&o, egr_sandbox_of_task());
+
+	return d.action == EGR_PASS ? 1 : 0;
 }

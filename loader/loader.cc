@@ -51,6 +51,7 @@ constexpr ProgramSlot kPrograms[] = {
     {"egr_sendmsg4", &SkeletonPrograms::egr_sendmsg4},
     {"egr_sendmsg6", &SkeletonPrograms::egr_sendmsg6},
     {"egr_skb_egress", &SkeletonPrograms::egr_skb_egress},
+    {"egr_setsockopt", &SkeletonPrograms::egr_setsockopt},
 };
 
 std::string LinkDir(const Paths& p) { return p.pin_root + "/links"; }

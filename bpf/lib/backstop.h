@@ -48,7 +48,7 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 	struct egr_decision d;
 	struct bpf_sock *sk;
 	struct egr_pkt p = {};
-	int parsed;
+	int parsed, unspecified;
 
 	if (!sb)
 		return egr_decide(EGR_PASS, EGR_REASON_NOT_SANDBOX);
@@ -63,6 +63,12 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 		return egr_deny(pol, EGR_REASON_MALFORMED);
 	if (!pol)
 		return egr_deny(pol, EGR_REASON_NO_POLICY);
+	/* A header addressed to the unspecified address follows whatever route
+	 * the kernel finds for it (a ping socket's :: leaves on the default
+	 * route): judged as the loopback it names, never exempt as the
+	 * sandbox's own. */
+	unspecified = egr_addr_is_unspecified(&p.dst);
+	egr_addr_unspecified_to_loopback(&p.dst);
 
 	sk = skb->sk;
 	if (sk)
@@ -70,7 +76,7 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 	if (sk)
 		st = bpf_sk_storage_get(&egr_sock_v1, sk, 0, 0);
 
-	if (st && (st->flags & EGR_SOCK_FOREIGN_NETNS) && !p.nsegments &&
+	if (st && (st->flags & EGR_SOCK_FOREIGN_NETNS) && !p.nsegments && !unspecified &&
 	    egr_addr_is_loopback(&p.dst))
 		return egr_decide(EGR_PASS, EGR_REASON_OWN_LOOPBACK);
 

@@ -22,6 +22,12 @@
 #define EGR_NEXTHDR_FRAGMENT 44
 #define EGR_NEXTHDR_AUTH 51
 #define EGR_NEXTHDR_DEST 60
+/* Routing header types whose hops are plain 16-byte addresses. */
+#define EGR_RH_TYPE0 0 /* deprecated source route (RFC 5095) */
+#define EGR_RH_TYPE2 2 /* Mobile IPv6: one home address */
+#define EGR_RH_SRH 4   /* segment routing (RFC 8754) */
+/* Headers walked, the upper-layer one included: 5 extension headers pass, a
+ * sixth is refused. */
 #define EGR_MAX_V6_EXT_HDRS 6
 #define EGR_MAX_RH_SEGMENTS 8
 
@@ -67,7 +73,7 @@ static __always_inline int egr_load_dport(struct __sk_buff *skb, __u32 off, stru
 static __always_inline int egr_ipv4_source_routed(struct __sk_buff *skb, __u32 l3_off,
 						  __u32 hdr_len)
 {
-	__u8 opts[40];
+	__u8 opts[40] = {}; /* nothing below reads a byte it did not load */
 	__u32 olen = hdr_len - 20;
 
 	if (olen == 0)
@@ -101,8 +107,10 @@ static __always_inline int egr_ipv4_source_routed(struct __sk_buff *skb, __u32 l
 		}
 		if (type == EGR_IPOPT_LSRR || type == EGR_IPOPT_SSRR)
 			return 1;
-		if (opts[i + 1] < 2)
-			return 1; /* malformed */
+		/* A type without its length byte, a length below 2 or one that
+		 * runs past the options is malformed: refused, as unparseable. */
+		if (i + 1 >= olen || opts[i + 1] < 2 || i + opts[i + 1] > olen)
+			return 1;
 		next = i + opts[i + 1];
 	}
 	return 0;
@@ -156,8 +164,13 @@ static __always_inline int egr_parse_ipv6(struct __sk_buff *skb, __u32 l3_off, s
 				return EGR_PARSE_REFUSE; /* two routing headers */
 			/* Types 0 and 4 carry hdr_len/2 addresses after 8 bytes;
 			 * type 2 carries one.  Judge them all, whatever segments
-			 * left says: a hop is a destination. */
-			p->nsegments = h[2] == 2 ? 1 : h[1] / 2;
+			 * left says: a hop is a destination.  Any other type
+			 * (RPL's compressed type 3, whatever comes next) keeps
+			 * its hops in a form read here as something else, so it
+			 * is refused rather than misread. */
+			if (h[2] != EGR_RH_TYPE0 && h[2] != EGR_RH_TYPE2 && h[2] != EGR_RH_SRH)
+				return EGR_PARSE_REFUSE;
+			p->nsegments = h[2] == EGR_RH_TYPE2 ? 1 : h[1] / 2;
 			if (p->nsegments == 0 || p->nsegments > EGR_MAX_RH_SEGMENTS)
 				return EGR_PARSE_REFUSE;
 			p->rh_offset = off + 8;

@@ -8,6 +8,7 @@
 #define EGRESSD_BPF_LIB_SANDBOX_H
 
 #include "lib/maps.h"
+#include <bpf/bpf_core_read.h>
 
 /* Level 0 is the cgroup2 root, which is never a sandbox. */
 #define EGR_SANDBOX_WALK(ancestor_of)                                        \
@@ -40,6 +41,33 @@ static __always_inline struct egr_cgroup_val *egr_sandbox_of_skb(struct __sk_buf
 #define EGR_SKB_ANCESTOR(l) bpf_skb_ancestor_cgroup_id(skb, l)
 	return EGR_SANDBOX_WALK(EGR_SKB_ANCESTOR);
 #undef EGR_SKB_ANCESTOR
+}
+
+/* The calling task's cgroup, for hooks that have no ancestor helper on the
+ * oldest supported kernel (cgroup/setsockopt gains it only in 6.4): read
+ * from the task's default-hierarchy cgroup (CO-RE, so the layout of the
+ * running kernel applies), the same ids bpf_get_current_ancestor_cgroup_id
+ * returns. */
+static __always_inline __u64 egr_task_ancestor_cgroup_id(struct cgroup *cg, int level, int l)
+{
+	struct cgroup *anc = NULL;
+
+	if (!cg || l > level)
+		return 0;
+	if (bpf_core_read(&anc, sizeof(anc), &cg->ancestors[l]) || !anc)
+		return 0;
+	return BPF_CORE_READ(anc, kn, id);
+}
+
+static __always_inline struct egr_cgroup_val *egr_sandbox_of_task(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct cgroup *cg = BPF_CORE_READ(task, cgroups, dfl_cgrp);
+	int level = cg ? BPF_CORE_READ(cg, level) : 0;
+
+#define EGR_TASK_ANCESTOR(l) egr_task_ancestor_cgroup_id(cg, level, l)
+	return EGR_SANDBOX_WALK(EGR_TASK_ANCESTOR);
+#undef EGR_TASK_ANCESTOR
 }
 
 #endif

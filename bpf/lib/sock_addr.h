@@ -19,12 +19,14 @@ static __always_inline void egr_sock_addr_dst(struct bpf_sock_addr *ctx, int is_
 {
 	if (is_v4) {
 		egr_addr_from_v4(a, ctx->user_ip4);
+		egr_addr_unspecified_to_loopback(a);
 		return;
 	}
 	a->w[0] = ctx->user_ip6[0];
 	a->w[1] = ctx->user_ip6[1];
 	a->w[2] = ctx->user_ip6[2];
 	a->w[3] = ctx->user_ip6[3];
+	egr_addr_unspecified_to_loopback(a);
 }
 
 static __always_inline int egr_in_foreign_netns(struct bpf_sock_addr *ctx)

@@ -74,6 +74,21 @@ static __always_inline int egr_v6_allowed(__u32 policy_id, const struct egr_addr
 	return v && egr_ports_allow(v, port);
 }
 
+/* A v6 form of a protected IPv4 address is protected (lib/addr.h). */
+static __always_inline int egr_embedded_v4_protected(__u32 policy_id, const struct egr_addr *a)
+{
+	__u32 v4[EGR_MAX_EMBEDDED_V4];
+	int n = egr_addr_embedded_v4(a, v4);
+
+	for (int i = 0; i < EGR_MAX_EMBEDDED_V4; i++) {
+		if (i >= n)
+			break;
+		if (egr_v4_protected(policy_id, v4[i]))
+			return 1;
+	}
+	return 0;
+}
+
 static __always_inline int egr_resolved_allowed(__u64 sandbox_id, const struct egr_addr *a)
 {
 	struct egr_resolved_key k = { .sandbox_id = sandbox_id };
@@ -98,7 +113,7 @@ static __always_inline struct egr_decision egr_judge(const struct egr_cgroup_val
 		if (egr_v4_allowed(pid, a->w[3], port))
 			return egr_decide(EGR_PASS, EGR_REASON_ALLOWED);
 	} else {
-		if (egr_addr_is_nat64(a) && egr_v4_protected(pid, a->w[3]))
+		if (egr_embedded_v4_protected(pid, a))
 			return egr_deny(pol, EGR_REASON_PROTECTED);
 		if (egr_v6_protected(pid, a))
 			return egr_deny(pol, EGR_REASON_PROTECTED);
