@@ -226,7 +226,7 @@ TEST_F(Cli, HostedFloorFlagIsAOneMachineConfig) {
             "  run --egress \"10.1.2.3\": denied by the floor (protected 10.0.0.0/8, floor hosted)\n");
   r = Ctl({"policy", "check", "--floor", "hosted"});
   EXPECT_EQ(r.code, 0);
-  EXPECT_EQ(r.out, "ok: default allow; allows 0 CIDRs, 0 names, 0 wildcards; 16 protected CIDRs\n");
+  EXPECT_EQ(r.out, "ok: default allow; allows 0 CIDRs, 0 names, 0 wildcards; 19 protected CIDRs\n");
 }
 
 TEST_F(Cli, MissingPublicSuffixListIsSaidWhenItMatters) {

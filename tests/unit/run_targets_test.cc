@@ -218,7 +218,8 @@ TEST(Floor, ProtectedLists) {
   std::vector<std::string> hosted = creds;
   for (const char* c : {"10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8",
                         "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16",
-                        "fc00::/7", "fe80::/10", "::1/128"}) {
+                        "fc00::/7", "fe80::/10", "::1/128", "224.0.0.0/4",
+                        "255.255.255.255/32", "ff00::/8"}) {
     hosted.push_back(c);
   }
   const std::pair<Floor, const std::vector<std::string>*> cases[] = {
