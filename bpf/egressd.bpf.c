@@ -6,11 +6,14 @@
  * codes of its program type. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
 #include "lib/decision.h"
 #include "lib/sandbox.h"
 #include "lib/sock_addr.h"
 #include "lib/backstop.h"
 #include "lib/sockopt.h"
+#include "lib/lsm_socket.h"
+#include "lib/lsm_unix.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -88,4 +91,46 @@ int egr_setsockopt(struct bpf_sockopt *ctx)
 	d = egr_sockopt_judge(&o, egr_sandbox_of_task());
 
 	return d.action == EGR_PASS ? 1 : 0;
+}
+
+/* BPF LSM: a nonzero ret is an earlier LSM's refusal, kept; otherwise 0
+ * allows and -EPERM (-1) refuses.  Attached globally (LSM hooks have no
+ * cgroup attachment on 6.1); lib/lsm_sandbox.h scopes them to sandboxes. */
+#define EGR_LSM_EPERM (-1)
+
+static __always_inline int egr_lsm_code(struct egr_decision d)
+{
+	return egr_passes(d) ? 0 : EGR_LSM_EPERM;
+}
+
+SEC("lsm/socket_create")
+int BPF_PROG(egr_socket_create, int family, int type, int protocol, int kern, int ret)
+{
+	if (ret)
+		return ret;
+	return egr_lsm_code(egr_socket_create_judge(family, kern));
+}
+
+SEC("lsm/socket_sendmsg")
+int BPF_PROG(egr_socket_sendmsg, struct socket *sock, struct msghdr *msg, int size, int ret)
+{
+	if (ret)
+		return ret;
+	return egr_lsm_code(egr_socket_sendmsg_judge(sock));
+}
+
+SEC("lsm/unix_stream_connect")
+int BPF_PROG(egr_unix_connect, struct sock *sock, struct sock *other, struct sock *newsk, int ret)
+{
+	if (ret)
+		return ret;
+	return egr_lsm_code(egr_unix_peer_judge(other));
+}
+
+SEC("lsm/unix_may_send")
+int BPF_PROG(egr_unix_may_send, struct socket *sock, struct socket *other, int ret)
+{
+	if (ret)
+		return ret;
+	return egr_lsm_code(egr_unix_peer_judge(other ? BPF_CORE_READ(other, sk) : NULL));
 }

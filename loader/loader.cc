@@ -41,9 +41,12 @@ using Link = std::unique_ptr<bpf_link, LinkDeleter>;
 
 // The programs, each named once: the name is also its link's pin file.
 using SkeletonPrograms = decltype(egressd_bpf::progs);
+// LSM programs attach to their hook (globally; they find the sandbox
+// themselves) and only where the bpf LSM is active.
 struct ProgramSlot {
   const char* name;
   bpf_program* SkeletonPrograms::*prog;
+  bool lsm = false;
 };
 constexpr ProgramSlot kPrograms[] = {
     {"egr_connect4", &SkeletonPrograms::egr_connect4},
@@ -52,6 +55,10 @@ constexpr ProgramSlot kPrograms[] = {
     {"egr_sendmsg6", &SkeletonPrograms::egr_sendmsg6},
     {"egr_skb_egress", &SkeletonPrograms::egr_skb_egress},
     {"egr_setsockopt", &SkeletonPrograms::egr_setsockopt},
+    {"egr_socket_create", &SkeletonPrograms::egr_socket_create, true},
+    {"egr_socket_sendmsg", &SkeletonPrograms::egr_socket_sendmsg, true},
+    {"egr_unix_connect", &SkeletonPrograms::egr_unix_connect, true},
+    {"egr_unix_may_send", &SkeletonPrograms::egr_unix_may_send, true},
 };
 
 std::string LinkDir(const Paths& p) { return p.pin_root + "/links"; }
@@ -62,17 +69,22 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
-absl::Status WriteConfig(const Paths& paths) {
+absl::Status WriteConfig(const Paths& paths, bool socket_containment) {
   EGR_ASSIGN_OR_RETURN(auto maps, maps::PinnedMaps::Open(paths.pin_root));
   uint32_t zero = 0;
   egr_config_val cfg{};
   // The node netns is decided once, by the first load; a reload (perhaps run
-  // from elsewhere) keeps it.
-  if (bpf_map_lookup_elem(maps.config(), &zero, &cfg) == 0 && cfg.node_netns_cookie != 0) {
-    return absl::OkStatus();
+  // from elsewhere) keeps it.  Whether the LSM hooks are in force is this
+  // load's finding.
+  if (bpf_map_lookup_elem(maps.config(), &zero, &cfg) != 0 || cfg.node_netns_cookie == 0) {
+    EGR_ASSIGN_OR_RETURN(uint64_t cookie, NetnsCookieOf(paths.node_netns));
+    cfg.node_netns_cookie = cookie;
   }
-  EGR_ASSIGN_OR_RETURN(uint64_t cookie, NetnsCookieOf(paths.node_netns));
-  cfg.node_netns_cookie = cookie;
+  if (socket_containment) {
+    cfg.flags &= ~uint32_t{EGR_CONFIG_NO_SOCKET_CONTAINMENT};
+  } else {
+    cfg.flags |= EGR_CONFIG_NO_SOCKET_CONTAINMENT;
+  }
   if (bpf_map_update_elem(maps.config(), &zero, &cfg, BPF_ANY) != 0) {
     return ErrnoStatus(errno, absl::StrCat("update ", EGR_MAP_CONFIG));
   }
@@ -82,12 +94,20 @@ absl::Status WriteConfig(const Paths& paths) {
 // What one load changed at one hook, so a failure later in the same load
 // can put it back: a link attached by this load is detached and unpinned; a
 // link whose program this load swapped gets its old program back.
+// A tracing (LSM) link cannot swap its program: the new link is attached
+// next to the old one and its pin renamed over the old pin; the old link is
+// held open (still enforcing) until the load commits, so a rollback pins it
+// back.
 struct HookChange {
   std::string name;
   std::string pin;
-  bool attached = false;  // else updated in place
+  bool attached = false;  // else updated in place (or replaced)
   UniqueFd old_prog;      // updated: the program that was in force before
+  UniqueFd old_link;      // replaced: the link that was in force before
 };
+
+// Tracing links have no detach (EOPNOTSUPP): their pin is their last reference.
+bool DetachFailed(int err) { return err != EINVAL && err != EOPNOTSUPP; }
 
 absl::StatusOr<UniqueFd> ProgramOfLink(int link_fd) {
   bpf_link_info info{};
@@ -99,6 +119,35 @@ absl::StatusOr<UniqueFd> ProgramOfLink(int link_fd) {
 }
 
 // Swaps the program behind an existing pinned link, or attaches and pins.
+absl::Status AttachLsm(const Paths& paths, const std::string& name, bpf_program* prog,
+                       LoadReport& report, std::vector<HookChange>& changes) {
+  std::string pin = LinkPin(paths, name);
+  if (int e = InjectedError("attach:" + name)) {
+    return ErrnoStatus(e, absl::StrCat("attach ", name, " to its LSM hook (injected)"));
+  }
+  UniqueFd old(Exists(pin) ? bpf_obj_get(pin.c_str()) : -1);
+  Link link(bpf_program__attach_lsm(prog));
+  if (!link) return ErrnoStatus(errno, absl::StrCat("attach ", name, " to its LSM hook"));
+  std::string next = pin + ".new";
+  unlink(next.c_str());
+  if (int r = bpf_link__pin(link.get(), next.c_str()); r != 0) {
+    return LibbpfStatus(r, absl::StrCat("pin link ", next));
+  }
+  if (rename(next.c_str(), pin.c_str()) != 0) {
+    int e = errno;
+    unlink(next.c_str());
+    return ErrnoStatus(e, absl::StrCat("rename ", next, " over ", pin));
+  }
+  if (old.valid()) {
+    changes.push_back({name, pin, false, UniqueFd(), std::move(old)});
+    report.links_updated++;
+  } else {
+    changes.push_back({name, pin, true, UniqueFd(), UniqueFd()});
+    report.links_attached++;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AttachOrUpdate(const Paths& paths, const std::string& name, bpf_program* prog,
                             int cgroup_fd, LoadReport& report, std::vector<HookChange>& changes) {
   std::string pin = LinkPin(paths, name);
@@ -124,7 +173,7 @@ absl::Status AttachOrUpdate(const Paths& paths, const std::string& name, bpf_pro
   if (int r = bpf_link__pin(link.get(), pin.c_str()); r != 0) {
     return LibbpfStatus(r, absl::StrCat("pin link ", pin));
   }
-  changes.push_back({name, pin, true, UniqueFd()});
+  changes.push_back({name, pin, true, UniqueFd(), UniqueFd()});
   report.links_attached++;
   return absl::OkStatus();
 }
@@ -134,13 +183,24 @@ absl::Status AttachOrUpdate(const Paths& paths, const std::string& name, bpf_pro
 std::string RollBack(std::vector<HookChange>& changes) {
   std::vector<std::string> done, failed;
   for (auto it = changes.rbegin(); it != changes.rend(); ++it) {
+    if (it->old_link.valid()) {
+      std::string back = it->pin + ".old";
+      unlink(back.c_str());
+      if (bpf_obj_pin(it->old_link.get(), back.c_str()) != 0 || rename(back.c_str(), it->pin.c_str()) != 0) {
+        failed.push_back(absl::StrCat(it->name, " (re-pin the previous link: ", std::strerror(errno), ")"));
+        unlink(back.c_str());
+        continue;
+      }
+      done.push_back(absl::StrCat(it->name, " back on its previous link"));
+      continue;
+    }
     UniqueFd link(bpf_obj_get(it->pin.c_str()));
     if (!link.valid()) {
       failed.push_back(absl::StrCat(it->name, " (open ", it->pin, ": ", std::strerror(errno), ")"));
       continue;
     }
     if (it->attached) {
-      if (bpf_link_detach(link.get()) != 0 && errno != EINVAL) {
+      if (bpf_link_detach(link.get()) != 0 && DetachFailed(errno)) {
         failed.push_back(absl::StrCat(it->name, " (detach: ", std::strerror(errno), ")"));
         continue;
       }
@@ -174,9 +234,34 @@ absl::Status FailedAfter(const absl::Status& cause, std::vector<HookChange>& cha
 
 bool IsLoaded(const Paths& paths) {
   for (const auto& slot : kPrograms) {
-    if (!Exists(LinkPin(paths, slot.name))) return false;
+    if (!slot.lsm && !Exists(LinkPin(paths, slot.name))) return false;
   }
   return true;
+}
+
+absl::Status RequireSocketContainment(const Paths& paths) {
+  EGR_ASSIGN_OR_RETURN(auto maps, maps::PinnedMaps::Open(paths.pin_root));
+  uint32_t zero = 0;
+  egr_config_val cfg{};
+  if (bpf_map_lookup_elem(maps.config(), &zero, &cfg) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("read ", EGR_MAP_CONFIG));
+  }
+  std::vector<std::string> missing;
+  if (cfg.flags & EGR_CONFIG_NO_SOCKET_CONTAINMENT) {
+    missing.push_back("the bpf LSM is not in force on this node (`egressctl load` recorded it: see `egressctl probe`)");
+  } else {
+    for (const auto& slot : kPrograms) {
+      if (slot.lsm && !Exists(LinkPin(paths, slot.name))) {
+        missing.push_back(absl::StrCat("LSM link ", LinkPin(paths, slot.name), " is not pinned"));
+      }
+    }
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "socket-family containment is missing (packet, AF_XDP and AF_VSOCK sockets, abstract unix "
+      "peers would not be judged): ",
+      absl::StrJoin(missing, "; "),
+      ". A sandbox that asks to be contained is never run uncontained"));
 }
 
 absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLock&) {
@@ -185,22 +270,45 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLoc
   EGR_ASSIGN_OR_RETURN(std::string cg_root, FindCgroup2Mount());
   EGR_RETURN_IF_ERROR(MakeDirs(LinkDir(paths), 0700));
 
+  EGR_ASSIGN_OR_RETURN(BpfLsmState lsm, BpfLsmForLoad());
+  // "bpf" in the LSM list is not enough: a kernel may still refuse to load
+  // LSM programs (this project's 6.18 VM does, EPERM, with lockdown).
+  if (lsm.state == BpfLsm::kActive && libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_LSM, nullptr) != 1) {
+    lsm = {BpfLsm::kInactive, absl::StrCat(lsm.detail, ", but this kernel refuses to load LSM programs")};
+  }
+  const bool socket_containment = lsm.state == BpfLsm::kActive;
+
   DECLARE_LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = paths.pin_root.c_str());
   Skeleton skel(egressd_bpf__open_opts(&opts));
   if (!skel) return ErrnoStatus(errno, "open BPF skeleton");
+  if (!socket_containment) {
+    for (const auto& slot : kPrograms) {
+      if (slot.lsm) bpf_program__set_autoload(skel->progs.*slot.prog, false);
+    }
+  }
   if (int r = egressd_bpf__load(skel.get()); r != 0) {
     return LibbpfStatus(r, absl::StrCat("load BPF programs (maps pinned under ", paths.pin_root,
                                         "; a map whose layout changed needs a new _vN name)"));
   }
-  EGR_RETURN_IF_ERROR(WriteConfig(paths));
+  EGR_RETURN_IF_ERROR(WriteConfig(paths, socket_containment));
 
   UniqueFd cg(open(cg_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!cg.valid()) return ErrnoStatus(errno, absl::StrCat("open cgroup2 root ", cg_root));
   LoadReport report;
   std::vector<HookChange> changes;
+  report.socket_containment = socket_containment;
+  report.bpf_lsm = lsm.detail;
   for (const auto& slot : kPrograms) {
-    absl::Status s = AttachOrUpdate(paths, slot.name, skel->progs.*slot.prog, cg.get(), report, changes);
+    bpf_program* prog = skel->progs.*slot.prog;
+    if (slot.lsm && !socket_containment) continue;
+    absl::Status s = slot.lsm ? AttachLsm(paths, slot.name, prog, report, changes)
+                              : AttachOrUpdate(paths, slot.name, prog, cg.get(), report, changes);
     if (!s.ok()) return FailedAfter(s, changes);
+  }
+  if (!socket_containment) {
+    spdlog::warn("socket-family containment is MISSING: the bpf LSM is {}; packet, AF_XDP and AF_VSOCK "
+                 "sockets and abstract unix peers are not judged, and `sandbox add` refuses sandboxes",
+                 lsm.detail);
   }
   spdlog::info("egressd programs in force at {} ({} attached, {} updated in place), pins under {}",
                cg_root, report.links_attached, report.links_updated, paths.pin_root);
@@ -226,7 +334,7 @@ absl::Status UnloadEnforcement(const Paths& paths, const InstanceLock&, bool for
   for (const auto& slot : kPrograms) {
     std::string pin = LinkPin(paths, slot.name);
     UniqueFd fd(bpf_obj_get(pin.c_str()));
-    if (fd.valid() && bpf_link_detach(fd.get()) != 0 && errno != EINVAL) {
+    if (fd.valid() && bpf_link_detach(fd.get()) != 0 && DetachFailed(errno)) {
       return ErrnoStatus(errno, absl::StrCat("detach link ", pin));
     }
     if (unlink(pin.c_str()) != 0 && errno != ENOENT) return ErrnoStatus(errno, absl::StrCat("unpin ", pin));

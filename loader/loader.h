@@ -4,6 +4,8 @@
 // enforcement stays in force when the loading process exits or is killed.
 #pragma once
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "userspace/common/node.h"
 #include "userspace/common/instance_lock.h"
@@ -13,6 +15,9 @@ namespace egressd {
 struct LoadReport {
   int links_attached = 0;  // new attachments
   int links_updated = 0;   // existing links switched to the new programs in place
+  // The LSM hooks (socket families, abstract unix peers) are in force.
+  bool socket_containment = false;
+  std::string bpf_lsm;  // what the probe found
 };
 
 // Idempotent: a second load reuses the pinned maps (their entries survive) and
@@ -25,7 +30,11 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLoc
 // registered unless force.  Caller holds the pin lock.
 absl::Status UnloadEnforcement(const Paths& paths, const InstanceLock& lock, bool force);
 
-// All links pinned: enforcement is in force.
+// All cgroup links pinned: enforcement is in force.
 bool IsLoaded(const Paths& paths);
+
+// OK when the LSM hooks are in force; else FailedPrecondition naming what is
+// missing (the load recorded that the bpf LSM is not active, or a pin is gone).
+absl::Status RequireSocketContainment(const Paths& paths);
 
 }  // namespace egressd

@@ -1,6 +1,8 @@
 #include "loader/probe.h"
 
 #include <bpf/libbpf.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -9,6 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "userspace/common/errors.h"
+#include "userspace/common/fault.h"
 
 namespace egressd {
 namespace {
@@ -34,7 +39,39 @@ ProbeItem MapType(const char* what, bpf_map_type t) {
   return {what, r == 1, r == 1 ? "" : (r == 0 ? "not supported by this kernel" : absl::StrCat("probe failed: ", r))};
 }
 
+constexpr char kSecurityfs[] = "/sys/kernel/security";
+constexpr char kLsmList[] = "/sys/kernel/security/lsm";
+
 }  // namespace
+
+BpfLsmState ProbeBpfLsm() {
+  if (InjectedError("probe:bpf-lsm")) return {BpfLsm::kInactive, "not active (injected: probe:bpf-lsm)"};
+  std::ifstream in(kLsmList);
+  std::string list;
+  if (!in || !std::getline(in, list)) {
+    return {BpfLsm::kUnknown, absl::StrCat("unknown, securityfs not mounted (", kLsmList,
+                                           " unreadable); `egressctl load` mounts it")};
+  }
+  for (absl::string_view lsm : absl::StrSplit(list, ',')) {
+    if (lsm == "bpf") return {BpfLsm::kActive, absl::StrCat("active LSMs: ", list)};
+  }
+  return {BpfLsm::kInactive, absl::StrCat("not in the active LSMs (", list,
+                                          "); boot with lsm=...,bpf to enable it")};
+}
+
+absl::StatusOr<BpfLsmState> BpfLsmForLoad() {
+  BpfLsmState st = ProbeBpfLsm();
+  if (st.state != BpfLsm::kUnknown) return st;
+  struct stat sb {};
+  if (stat(kSecurityfs, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    return BpfLsmState{BpfLsm::kInactive, absl::StrCat("no ", kSecurityfs, " (CONFIG_SECURITYFS)")};
+  }
+  if (mount("securityfs", kSecurityfs, "securityfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0 &&
+      errno != EBUSY) {
+    return ErrnoStatus(errno, absl::StrCat("mount securityfs at ", kSecurityfs));
+  }
+  return ProbeBpfLsm();
+}
 
 std::vector<ProbeItem> ProbeKernel(const Paths& paths) {
   std::vector<ProbeItem> items;
@@ -58,6 +95,12 @@ std::vector<ProbeItem> ProbeKernel(const Paths& paths) {
   items.push_back(ProgType("program type cgroup_sock_addr (connect4/6, sendmsg4/6)",
                            BPF_PROG_TYPE_CGROUP_SOCK_ADDR));
   items.push_back(ProgType("program type cgroup_skb (egress backstop)", BPF_PROG_TYPE_CGROUP_SKB));
+  BpfLsmState lsm = ProbeBpfLsm();
+  items.push_back({"bpf LSM (socket families, abstract unix sockets)", lsm.state == BpfLsm::kActive,
+                   lsm.detail, false});
+  ProbeItem lsm_prog = ProgType("program type lsm (BPF_LSM_MAC)", BPF_PROG_TYPE_LSM);
+  lsm_prog.required = false;
+  items.push_back(lsm_prog);
   items.push_back(MapType("map type lpm_trie", BPF_MAP_TYPE_LPM_TRIE));
   items.push_back(MapType("map type hash", BPF_MAP_TYPE_HASH));
   items.push_back(MapType("map type percpu_array", BPF_MAP_TYPE_PERCPU_ARRAY));
@@ -71,7 +114,7 @@ std::vector<ProbeItem> ProbeKernel(const Paths& paths) {
 absl::Status RequireKernel(const Paths& paths) {
   std::vector<std::string> missing;
   for (const auto& i : ProbeKernel(paths)) {
-    if (!i.ok) missing.push_back(absl::StrCat(i.what, ": ", i.detail));
+    if (!i.ok && i.required) missing.push_back(absl::StrCat(i.what, ": ", i.detail));
   }
   if (missing.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(

@@ -141,9 +141,16 @@ struct egr_sock_val {
 };
 
 /* ---- egr_config_v1 (array of 1): node-wide settings ---- */
+enum egr_config_flags {
+	/* The bpf LSM is not active on this node: the socket-family and
+	 * abstract-unix hooks are not in force, so a sandbox that must be
+	 * contained cannot be registered (control plane only). */
+	EGR_CONFIG_NO_SOCKET_CONTAINMENT = 1 << 0,
+};
+
 struct egr_config_val {
 	__u64 node_netns_cookie; /* netns whose loopback the policy governs */
-	__u32 flags;             /* reserved, 0 */
+	__u32 flags;             /* enum egr_config_flags */
 	__u32 pad0;
 };
 

@@ -92,7 +92,7 @@ fi
 for t in $TESTS; do
   say "running $t (filter: ${GTEST_FILTER:-*}, timeout ${SUITE_TIMEOUT}s)"
   start=$(date +%s)
-  REQUIRE_BPF=1 timeout -s KILL "$SUITE_TIMEOUT" "/opt/egressd/bin/$t" \
+  REQUIRE_BPF=1 EGR_REQUIRE_LSM=1 timeout -s KILL "$SUITE_TIMEOUT" "/opt/egressd/bin/$t" \
     "--gtest_filter=${GTEST_FILTER:-*}" --gtest_color=no --gtest_brief=0
   rc=$?
   end=$(date +%s)

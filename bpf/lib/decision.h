@@ -30,6 +30,8 @@ enum egr_reason {
 	EGR_REASON_NOT_IP,          /* no IP destination to judge */
 	EGR_REASON_MALFORMED,       /* unparseable, too deep, or source-routed */
 	EGR_REASON_ROUTING_HOP,     /* a routing-header hop is not allowed */
+	EGR_REASON_FAMILY,          /* a socket family (or a send on it) not allowed */
+	EGR_REASON_FOREIGN_PEER,    /* an abstract unix peer outside the sandbox */
 };
 
 struct egr_decision {

@@ -109,6 +109,13 @@ void OpPingSock(const Op& op);
 
 void OpMcastJoin(const Op& op);
 void OpSoBroadcast(const Op& op);
+void OpPacketUdp(const Op& op);
+void OpPacketSniff(const Op& op);
+void OpSocketFamily(const Op& op);
+void OpXdpSocket(const Op& op);
+void OpVsockConnect(const Op& op);
+void OpUnixListen(const Op& op);
+void OpUnixConnect(const Op& op);
 
 void OpWriteFile(const Op& op);
 void OpUnlink(const Op& op);

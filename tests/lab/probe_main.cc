@@ -60,6 +60,18 @@ Network operations:
                                 IP_ADD_SOURCE_MEMBERSHIP, MCAST_JOIN_GROUP,
                                 MCAST_JOIN_SOURCE_GROUP), hold it --hold-ms (200)
   so-broadcast ADDR PORT        setsockopt(SO_BROADCAST, 1), then sendto() ADDR
+Socket families (none pass the cgroup hooks; the BPF LSM judges them):
+  packet-udp DST PORT MAC [--via V] [--ifname IF]
+                                AF_PACKET frame (Ethernet+IPv4+UDP) to MAC on IF (eth0);
+                                V: sendto (default), send, write, sendmsg, sendmmsg,
+                                uring-send, uring-sendmsg, uring-send-zc, txring
+                                (PACKET_TX_RING + send), sendfile, splice
+  packet-sniff DST PORT         AF_PACKET receive socket, then a UDP datagram to DST:PORT;
+                                "captured": whether the packet socket saw it
+  socket-family N [--type T]    socket(N, T (default SOCK_RAW), 0)
+  xdp-socket | vsock-connect PORT   AF_XDP socket; AF_VSOCK connect to the local CID
+  unix-listen NAME [--dgram]    abstract @NAME; "state":"listening", then a line per peer
+  unix-connect NAME [--dgram]   connect + send (stream) or sendto (dgram) to @NAME
 Other operations:
   write-file PATH TEXT [--create]   open(O_WRONLY) + write
   unlink PATH | mkdir PATH | kill PID SIG (number or name)
@@ -101,6 +113,13 @@ const std::vector<OpSpec>& Specs() {
       {"so-mark", {A::kInt, A::kAddr, A::kPort}, OpSoMark},
       {"mapped6", {A::kAddr4, A::kPort}, OpMapped6},
       {"hold", {A::kAddr, A::kPort}, OpHold},
+      {"packet-udp", {A::kAddr4, A::kPort, A::kText}, OpPacketUdp},
+      {"packet-sniff", {A::kAddr4, A::kPort}, OpPacketSniff},
+      {"socket-family", {A::kInt}, OpSocketFamily},
+      {"xdp-socket", {}, OpXdpSocket},
+      {"vsock-connect", {A::kPort}, OpVsockConnect},
+      {"unix-listen", {A::kText}, OpUnixListen},
+      {"unix-connect", {A::kText}, OpUnixConnect},
       {"write-file", {A::kText, A::kText}, OpWriteFile},
       {"unlink", {A::kText}, OpUnlink},
       {"mkdir", {A::kText}, OpMkdir},
@@ -119,6 +138,10 @@ const std::set<std::string> kValueOpts = {"timeout-ms", "wait-ms", "payload", "i
 const std::set<std::string> kIntOpts = {"timeout-ms", "wait-ms", "interval-ms", "count",
                                         "connect-timeout-ms", "rh-type", "hold-ms"};
 const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create"};
+                                          "count", "connect-timeout-ms", "rh-type", "via", "ifname", "type"};
+const std::set<std::string> kIntOpts = {"timeout-ms", "wait-ms", "interval-ms", "count",
+                                        "connect-timeout-ms", "rh-type", "type"};
+const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create", "dgram"};
 
 struct UsageError {
   std::string msg;

@@ -40,6 +40,13 @@ int CmdLoad(const Paths& paths) {
                 rec->dead_cgroups, rec->refcounts_fixed, rec->headers_collected, rec->keys_collected,
                 rec->records_quarantined);
   }
+  if (!r->socket_containment) {
+    std::printf("WARNING: socket-family containment is MISSING (bpf LSM: %s).\n"
+                "  Packet, AF_XDP and AF_VSOCK sockets and abstract unix peers are not judged, so\n"
+                "  `egressctl sandbox add` and `egressctl run` warn (refuse with\n"
+                "  --require-socket-containment) when asked to contain a workload here.\n",
+                r->bpf_lsm.c_str());
+  }
   return kExitOk;
 }
 
@@ -56,9 +63,11 @@ int CmdUnload(const Paths& paths, bool force) {
 int CmdProbe(const Paths& paths) {
   bool all_ok = true;
   for (const auto& i : ProbeKernel(paths)) {
-    std::printf("%-4s %s%s%s\n", i.ok ? "ok" : "MISSING", i.what.c_str(), i.detail.empty() ? "" : ": ",
-                i.detail.c_str());
-    all_ok &= i.ok;
+    // An optional item that is absent leaves egressd loadable with less
+    // enforcement: shown as "no", not as a reason the node cannot run it.
+    std::printf("%-7s %s%s%s\n", i.ok ? "ok" : i.required ? "MISSING" : "no", i.what.c_str(),
+                i.detail.empty() ? "" : ": ", i.detail.c_str());
+    all_ok &= i.ok || !i.required;
   }
   return all_ok ? kExitOk : kExitFailure;
 }
@@ -79,6 +88,7 @@ int CmdStatus(const Paths& paths, bool json) {
   auto keys = maps::PolicyStore(*m).CountKeys();
   nlohmann::json j;
   j["loaded"] = IsLoaded(paths);
+  j["socket_containment"] = RequireSocketContainment(paths).ok();
   j["pin_root"] = paths.pin_root;
   j["cgroups"] = nlohmann::json::array();
   for (const auto& c : *cgroups) {

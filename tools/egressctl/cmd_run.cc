@@ -72,6 +72,7 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
 
   if (auto s = EnsureLoaded(paths); !s.ok()) return Report(s);
+  if (auto s = CheckSocketContainment(paths, flags.require_socket_containment); !s.ok()) return Report(s);
   // From here until the command runs, a signal must not end egressctl with
   // its sandbox registered: it is held, then forwarded to the command.
   sandbox::DeferSignals deferred;

@@ -30,6 +30,14 @@ absl::StatusOr<uint64_t> LoadedCgroupId(const Paths& paths, const std::string& c
 
 }  // namespace
 
+absl::Status CheckSocketContainment(const Paths& paths, bool required) {
+  absl::Status s = RequireSocketContainment(paths);
+  if (s.ok() || required) return s;
+  std::fprintf(stderr, "egressctl: WARNING: %s (pass --require-socket-containment to refuse instead)\n",
+               std::string(s.message()).c_str());
+  return absl::OkStatus();
+}
+
 int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFlags& flags,
                   const SandboxFlags& sandbox) {
   auto policy = CompileFlags(flags);
@@ -39,6 +47,7 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
   if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
   auto id = LoadedCgroupId(paths, cgroup);
   if (!id.ok()) return Report(id.status());
+  if (auto s = CheckSocketContainment(paths, flags.require_socket_containment); !s.ok()) return Report(s);
   auto spec = MakeSandboxSpec(sandbox, cgroup, *id, "");
   if (!spec.ok()) return Report(spec.status());
   return Report(control::Registry(paths).Register(*spec, *policy));

@@ -27,6 +27,9 @@ struct PolicyFlags {
   std::string kind;            // empty: runtime with --runtime, else task
   std::vector<std::string> grants;
   bool compose = false;
+  // sandbox add / run: refuse, rather than warn, where the socket-family
+  // hooks (bpf LSM) are not in force.
+  bool require_socket_containment = false;
 };
 
 // What sandbox add and run record about a sandbox besides its policy.
@@ -34,6 +37,10 @@ struct SandboxFlags {
   std::vector<std::string> labels;  // --label KEY=VALUE (repeatable)
   std::string netns;                // sandbox add --netns PATH (empty: not known)
 };
+
+// Where the socket-family hooks are missing: an error naming what is missing
+// when `required`, else a warning on stderr and OK.
+absl::Status CheckSocketContainment(const Paths& paths, bool required);
 
 int CmdLoad(const Paths& paths);
 int CmdUnload(const Paths& paths, bool force);

@@ -123,6 +123,8 @@ int main(int argc, char** argv) {
   AddSandboxFlags(add, add_sandbox);
   add->add_option("--netns", add_sandbox.netns, "The sandbox's network namespace (/proc/PID/ns/net or "
                                                 "/var/run/netns/NAME), recorded for the DNS proxy and audit");
+  add->add_flag("--require-socket-containment", add_flags.require_socket_containment,
+                "Refuse where packet/AF_XDP/AF_VSOCK sockets and abstract unix peers cannot be judged (no bpf LSM)");
   auto* remove = sandbox->add_subcommand("remove", "Unregister a cgroup");
   remove->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
   auto* contain = sandbox->add_subcommand(
@@ -135,6 +137,8 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "Run a command in a fresh transient sandbox");
   AddPolicyFlags(run, run_flags, after_parse);
   AddSandboxFlags(run, run_sandbox);
+  run->add_flag("--require-socket-containment", run_flags.require_socket_containment,
+                "Refuse where packet/AF_XDP/AF_VSOCK sockets and abstract unix peers cannot be judged (no bpf LSM)");
   run->add_option("--user", user, "Run the command as this user (name or uid)");
   run->add_option("command", command, "-- CMD [ARGS...]")->required();
 
