@@ -128,7 +128,7 @@ absl::Status AttachLsm(const Paths& paths, const std::string& name, bpf_program*
   UniqueFd old(Exists(pin) ? bpf_obj_get(pin.c_str()) : -1);
   Link link(bpf_program__attach_lsm(prog));
   if (!link) return ErrnoStatus(errno, absl::StrCat("attach ", name, " to its LSM hook"));
-  std::string next = pin + ".new";
+  std::string next = pin + "-new";  // bpffs refuses names with a dot
   unlink(next.c_str());
   if (int r = bpf_link__pin(link.get(), next.c_str()); r != 0) {
     return LibbpfStatus(r, absl::StrCat("pin link ", next));
@@ -184,7 +184,7 @@ std::string RollBack(std::vector<HookChange>& changes) {
   std::vector<std::string> done, failed;
   for (auto it = changes.rbegin(); it != changes.rend(); ++it) {
     if (it->old_link.valid()) {
-      std::string back = it->pin + ".old";
+      std::string back = it->pin + "-old";
       unlink(back.c_str());
       if (bpf_obj_pin(it->old_link.get(), back.c_str()) != 0 || rename(back.c_str(), it->pin.c_str()) != 0) {
         failed.push_back(absl::StrCat(it->name, " (re-pin the previous link: ", std::strerror(errno), ")"));

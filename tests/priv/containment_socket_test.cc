@@ -4,7 +4,10 @@
 // unix sockets of the node.  Each attack asserts the socket was created (or
 // exactly where it was refused) and counts what arrived at the lab host next
 // to a positive control that takes the same path unsandboxed.
+#include <unistd.h>
+
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -155,10 +158,12 @@ TEST_F(SocketContainment, InTheNodesNetnsASandboxGetsNoPacketSocket) {
 
 TEST_F(SocketContainment, FamiliesOutsideTheAllowlistAreRefusedAtSocket) {
   // AF_XDP, AF_VSOCK, then by number: AF_APPLETALK, AF_AX25, AF_KEY, AF_RDS,
-  // AF_CAN, AF_TIPC, AF_BLUETOOTH, AF_ALG, AF_QIPCRTR, AF_MCTP, and one no
-  // kernel has (an allowlist refuses what it has never heard of).
+  // AF_CAN, AF_TIPC, AF_BLUETOOTH, AF_ALG, AF_QIPCRTR, AF_MCTP.  EPERM even
+  // where the kernel lacks the family (EAFNOSUPPORT unsandboxed): the hook
+  // runs before the family is looked up.  (A number >= AF_MAX is refused by
+  // the kernel before any LSM is asked.)
   std::vector<std::string> probe = {"xdp-socket", "--then", "vsock-connect", "9"};
-  const int families[] = {5, 3, 15, 21, 29, 30, 31, 38, 42, 45, 50};
+  const int families[] = {5, 3, 15, 21, 29, 30, 31, 38, 42, 45};
   for (int f : families) probe.insert(probe.end(), {"--then", "socket-family", std::to_string(f)});
   auto lines = Sandboxed(probe);
   ASSERT_EQ(lines.size(), 2u + std::size(families)) << last_;
@@ -167,12 +172,13 @@ TEST_F(SocketContainment, FamiliesOutsideTheAllowlistAreRefusedAtSocket) {
     EXPECT_EQ(l["stage"], "socket") << last_;
   }
   // Positive control: unsandboxed, the same root with only CAP_NET_RAW gets
-  // an AF_XDP and an AF_VSOCK socket.
+  // an AF_XDP socket, and an AF_VSOCK one where the kernel has vsock (the
+  // 6.18 VM has /dev/vsock; the 6.1 guest has no vsock transport).
   RunResult ctl = lab().Probe({"xdp-socket", "--then", "vsock-connect", "9"}, "", /*hostile=*/true);
   auto cl = Lines(ctl);
   ASSERT_EQ(cl.size(), 2u) << ctl.Describe();
   EXPECT_EQ(cl[0]["socket"], "created") << ctl.Describe();
-  EXPECT_EQ(cl[1]["socket"], "created") << ctl.Describe();
+  if (access("/dev/vsock", F_OK) == 0) EXPECT_EQ(cl[1]["socket"], "created") << ctl.Describe();
 }
 
 TEST_F(SocketContainment, TheAllowedFamiliesStillWork) {
@@ -186,6 +192,52 @@ TEST_F(SocketContainment, TheAllowedFamiliesStillWork) {
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(lines[i]["socket"], "created") << last_;
   EXPECT_EQ(lines[4]["echo"], "true") << last_;
   EXPECT_EQ(lines[5]["echo"], "true") << last_;
+}
+
+// The program id behind each pinned link under `pins`/links.
+std::map<std::string, uint32_t> LinkPrograms(const std::string& pins) {
+  std::map<std::string, uint32_t> out;
+  for (const char* name : {"egr_socket_create", "egr_socket_sendmsg", "egr_unix_connect", "egr_unix_may_send",
+                           "egr_connect4"}) {
+    RunSpec spec;
+    spec.argv = {"bpftool", "-j", "link", "show", "pinned", pins + "/links/" + name};
+    RunResult r = lab::Run(spec);
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    if (j.is_object()) out[name] = j.value("prog_id", 0u);
+  }
+  return out;
+}
+
+// LSM links cannot swap programs (no BPF_LINK_UPDATE for tracing links): a
+// reload attaches new links and renames their pins over the old; a failure
+// later in the load pins the old links back.
+TEST_F(SocketContainment, ReloadReplacesTheLsmLinksAndAFailedReloadPutsThemBack) {
+  InstanceDirs dirs = Shared().Other("lsm-upgrade");
+  auto ctl = [&](std::vector<std::string> args, const std::string& fault) {
+    RunSpec s;
+    s.argv = {BinaryPath("egressctl"), "--pin-root", dirs.pin_root, "--runtime-dir", dirs.runtime_dir};
+    s.argv.insert(s.argv.end(), args.begin(), args.end());
+    s.netns = lab().node_netns();
+    s.env["EGRESSD_NODE_NETNS"] = lab().node_netns();
+    if (!fault.empty()) s.env["EGRESSD_FAULT"] = fault;
+    s.timeout = std::chrono::milliseconds(static_cast<int>(30000 * TimeScale()));
+    return lab::Run(s);
+  };
+  ASSERT_EQ(ctl({"load"}, "").exit_code, 0);
+  auto first = LinkPrograms(dirs.pin_root);
+  ASSERT_EQ(first.size(), 5u);
+  RunResult again = ctl({"load"}, "");
+  ASSERT_EQ(again.exit_code, 0) << again.Describe();
+  EXPECT_TRUE(absl::StrContains(again.out, "0 link(s) attached, 9 updated in place")) << again.out;
+  auto second = LinkPrograms(dirs.pin_root);
+  ASSERT_EQ(second.size(), 5u);
+  for (const auto& [name, prog] : second) EXPECT_NE(prog, first[name]) << name << " runs the new program";
+  // The last LSM attach fails: the three replaced before it are pinned back.
+  RunResult failed = ctl({"load"}, "attach:egr_unix_may_send=EINVAL");
+  EXPECT_EQ(failed.exit_code, 1) << failed.Describe();
+  EXPECT_TRUE(absl::StrContains(failed.err, "egr_socket_create back on its previous link")) << failed.err;
+  EXPECT_EQ(LinkPrograms(dirs.pin_root), second) << "every hook must run the programs it ran before";
+  EXPECT_EQ(ctl({"unload", "--force"}, "").exit_code, 0);
 }
 
 class AbstractUnix : public SocketContainment,
