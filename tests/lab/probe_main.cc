@@ -134,13 +134,9 @@ const std::vector<OpSpec>& Specs() {
 
 const std::set<std::string> kValueOpts = {"timeout-ms", "wait-ms", "payload", "interval-ms",
                                           "count", "connect-timeout-ms", "rh-type",
-                                          "api", "source", "hold-ms"};
+                                          "api", "source", "hold-ms", "via", "ifname", "type"};
 const std::set<std::string> kIntOpts = {"timeout-ms", "wait-ms", "interval-ms", "count",
-                                        "connect-timeout-ms", "rh-type", "hold-ms"};
-const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create"};
-                                          "count", "connect-timeout-ms", "rh-type", "via", "ifname", "type"};
-const std::set<std::string> kIntOpts = {"timeout-ms", "wait-ms", "interval-ms", "count",
-                                        "connect-timeout-ms", "rh-type", "type"};
+                                        "connect-timeout-ms", "rh-type", "hold-ms", "type"};
 const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create", "dgram"};
 
 struct UsageError {
