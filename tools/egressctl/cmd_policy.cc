@@ -6,6 +6,7 @@
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
 #include "userspace/policy/compiled_policy_json.h"
+#include "userspace/policy/nft_render.h"
 
 namespace egressd::cli {
 namespace {
@@ -39,6 +40,8 @@ int CmdPolicyCompile(const PolicyFlags& flags, const std::string& format) {
     std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(policy->ContentHash()));
     j["hash"] = hash;
     std::printf("%s\n", j.dump(2).c_str());
+  } else if (format == "nft") {
+    std::fputs(policy::RenderNft(*policy).c_str(), stdout);
   } else {
     std::fputs(policy->ToText().c_str(), stdout);
   }

@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
   auto* compile = policy->add_subcommand("compile", "Print the compiled policy");
   AddPolicyFlags(compile, compile_flags, after_parse);
   std::string format = "text";
-  compile->add_option("-o,--output", format, "text (default) | json")->check(CLI::IsMember({"text", "json"}));
+  compile->add_option("-o,--output", format, "text (default) | json | nft (the incumbent's nftables ruleset, for nft -f)")
+      ->check(CLI::IsMember({"text", "json", "nft"}));
 
   try {
     app.parse(argc, argv);
