@@ -20,6 +20,9 @@ packages=(
   # policy compiler: YAML, IDN, the public suffix list (read at run time);
   # libFuzzer for tests/fuzz (only Recommended by clang, so not pulled in)
   libyaml-dev libidn2-dev publicsuffix libclang-rt-14-dev
+  # the incumbent the benchmarks and tests/priv/differential_test compare
+  # against (nft -f), bench/run.sh's throughput row and its plots
+  nftables iperf3 gnuplot-nox
 )
 
 missing=()

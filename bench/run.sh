@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One command: egressd against the incumbent (nftables in the pod's netns)
+# and no filter, interleaved on one lab topology.  Writes
+# bench/results/<date>.json, <date>.md (the table) and <date>-*.png (plots).
+#   bench/run.sh           the full run (a few minutes)
+#   bench/run.sh --quick   the smoke CI runs (ctest -L bench-smoke): under a
+#                          minute, results in $BENCH_OUT (default a temp dir)
+# Run as root (the lab builds namespaces; egressd loads BPF).  Never a
+# pass/fail on a time: exit 0 when every measurement ran.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+quick=()
+if [[ ${1:-} == --quick ]]; then quick=(--quick); fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "bench/run.sh: run as root" >&2
+  exit 2
+fi
+if [[ ! -x $build/bench/enforcer_bench ]]; then
+  cmake --build "$build" --target enforcer_bench egressctl egressd-probe >/dev/null
+fi
+if ((${#quick[@]})); then
+  out=${BENCH_OUT:-$(mktemp -d /tmp/egr-bench-smoke-XXXXXX)}
+else
+  out=${BENCH_OUT:-bench/results}
+fi
+mkdir -p "$out"
+stamp=$(date -u +%Y-%m-%d)
+json=$out/$stamp.json
+"$build/bench/enforcer_bench" "${quick[@]}" --out "$json"
+dat=$(mktemp -d /tmp/egr-bench-dat-XXXXXX)
+trap 'rm -rf "$dat"' EXIT
+python3 bench/report.py "$json" "$out/$stamp.md" "$dat"
+if command -v gnuplot >/dev/null; then
+  gnuplot -e "dat='$dat'; out='$out/$stamp'" bench/plots.gp
+else
+  echo "bench/run.sh: gnuplot not installed (scripts/install-deps.sh): no plots" >&2
+fi
+echo "bench/run.sh: $json, $out/$stamp.md"
+cat "$out/$stamp.md"
