@@ -21,8 +21,9 @@ packages=(
   # libFuzzer for tests/fuzz (only Recommended by clang, so not pulled in)
   libyaml-dev libidn2-dev publicsuffix libclang-rt-14-dev
   # the incumbent the benchmarks and tests/priv/differential_test compare
-  # against (nft -f), bench/run.sh's throughput row and its plots
-  nftables iperf3 gnuplot-nox
+  # against (nft -f), bench/run.sh's throughput row, its table (python3) and
+  # plots; python3 also serves the differential test's listener
+  nftables iperf3 gnuplot-nox python3
 )
 
 missing=()
