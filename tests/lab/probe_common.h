@@ -126,4 +126,7 @@ void OpExec(const Op& op);
 void OpSleep(const Op& op);
 void OpInfo(const Op& op);
 
+void OpOpenWrite(const Op& op);
+void OpUnixConnect(const Op& op);
+
 }  // namespace egressd::probe

@@ -76,6 +76,9 @@ Other operations:
   write-file PATH TEXT [--create]   open(O_WRONLY) + write
   unlink PATH | mkdir PATH | kill PID SIG (number or name)
   join-cgroup DIR               write our pid to DIR/cgroup.procs, then go on
+  open-write PATH               open(O_WRONLY) and close, writing nothing
+  unix-connect PATH             connect to a pathname unix stream socket, send payload,
+                                read until EOF ("reply")
   exec -- ARGV...               execvp the rest of the command line (must be last)
   sleep MS | info               sleep prints {"state":"sleeping"} first, then its result;
                                 info: pid, uid, capabilities, cgroup, netns
@@ -128,6 +131,8 @@ const std::vector<OpSpec>& Specs() {
       {"exec", {}, OpExec},
       {"sleep", {A::kInt}, OpSleep},
       {"info", {}, OpInfo},
+      {"open-write", {A::kText}, OpOpenWrite},
+      {"unix-connect", {A::kText}, OpUnixConnect},
   };
   return specs;
 }

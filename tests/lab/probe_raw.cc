@@ -1,5 +1,8 @@
 // Raw-socket operations: raw-udp, raw-icmp, ping-sock. Raw sockets never pass
-// the cgroup sock_addr hooks; only cgroup_skb egress sees them.
+// the cgroup sock_addr hooks; only cgroup_skb egress sees them. Each line
+// says "socket":"created" once socket() succeeded and "send_ret" once
+// sendto() returned, so a test tells a socket the kernel refused (nothing
+// was attempted) from a send that egressd judged.
 #include <netinet/icmp6.h>
 #include <netinet/ip_icmp.h>
 #include <netinet/udp.h>
@@ -112,6 +115,7 @@ void OpRawUdp(const Op& op) {
   j.Int("sport", sport);
   Fd fd(socket(t.family, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_UDP));
   if (!fd.ok()) return j.Err(errno, "socket").Emit();
+  j.Str("socket", "created");
   if (t.family == AF_INET6) {
     int off = 6;  // kernel fills the UDP checksum
     if (setsockopt(fd.get(), IPPROTO_IPV6, IPV6_CHECKSUM, &off, sizeof(off)) != 0)
@@ -127,9 +131,11 @@ void OpRawUdp(const Op& op) {
   std::memcpy(pkt.data(), &h, sizeof(h));
   std::memcpy(pkt.data() + sizeof(h), payload.data(), payload.size());
   Target raw = NoPort(t);
-  if (sendto(fd.get(), pkt.data(), pkt.size(), 0, reinterpret_cast<const sockaddr*>(&raw.sa),
-             raw.len) < 0)
-    return j.Err(errno, "sendto").Emit();
+  ssize_t sent = sendto(fd.get(), pkt.data(), pkt.size(), 0, reinterpret_cast<const sockaddr*>(&raw.sa),
+                        raw.len);
+  const int send_errno = errno;
+  j.Int("send_ret", sent);
+  if (sent < 0) return j.Err(send_errno, "sendto").Emit();
   bool echo = sink.ok() && WaitEcho(sink.get(), op.Int("wait-ms", kDefaultWaitMs), &t);
   j.Ok().Bool("echo", echo).Emit();
 }
@@ -140,11 +146,14 @@ void OpRawIcmp(const Op& op) {
   const bool v6 = t.family == AF_INET6;
   Fd fd(socket(t.family, SOCK_RAW | SOCK_CLOEXEC, v6 ? int{IPPROTO_ICMPV6} : int{IPPROTO_ICMP}));
   if (!fd.ok()) return j.Err(errno, "socket").Emit();
+  j.Str("socket", "created");
   const uint16_t id = static_cast<uint16_t>(getpid() ^ 0x5a5a);
   // ICMPv6 raw sockets always get their checksum from the kernel.
   std::vector<uint8_t> m = EchoRequest(RequestType(v6), id, !v6);
-  if (sendto(fd.get(), m.data(), m.size(), 0, reinterpret_cast<const sockaddr*>(&t.sa), t.len) < 0)
-    return j.Err(errno, "sendto").Emit();
+  ssize_t sent = sendto(fd.get(), m.data(), m.size(), 0, reinterpret_cast<const sockaddr*>(&t.sa), t.len);
+  const int send_errno = errno;
+  j.Int("send_ret", sent);
+  if (sent < 0) return j.Err(send_errno, "sendto").Emit();
   bool echo = WaitIcmpReply(fd.get(), t, ReplyType(v6), id, true, !v6,
                             op.Int("wait-ms", kDefaultWaitMs));
   j.Ok().Bool("echo", echo).Emit();
@@ -156,10 +165,13 @@ void OpPingSock(const Op& op) {
   const bool v6 = t.family == AF_INET6;
   Fd fd(socket(t.family, SOCK_DGRAM | SOCK_CLOEXEC, v6 ? int{IPPROTO_ICMPV6} : int{IPPROTO_ICMP}));
   if (!fd.ok()) return j.Err(errno, "socket").Emit();  // EACCES: ping_group_range
+  j.Str("socket", "created");
   // The kernel sets the identifier (to the socket's port) and the checksum.
   std::vector<uint8_t> m = EchoRequest(RequestType(v6), 0, false);
-  if (sendto(fd.get(), m.data(), m.size(), 0, reinterpret_cast<const sockaddr*>(&t.sa), t.len) < 0)
-    return j.Err(errno, "sendto").Emit();
+  ssize_t sent = sendto(fd.get(), m.data(), m.size(), 0, reinterpret_cast<const sockaddr*>(&t.sa), t.len);
+  const int send_errno = errno;
+  j.Int("send_ret", sent);
+  if (sent < 0) return j.Err(send_errno, "sendto").Emit();
   bool echo = WaitIcmpReply(fd.get(), t, ReplyType(v6), 0, false, false,
                             op.Int("wait-ms", kDefaultWaitMs));
   j.Ok().Bool("echo", echo).Emit();

@@ -59,6 +59,7 @@ TEST_F(Cgroups, ChildCgroupMadeInsideTheSandboxIsStillEnforced) {
   EXPECT_EQ(lines[0]["result"], "ok") << "mkdir: " << r.Describe();
   EXPECT_EQ(lines[1]["result"], "ok") << "join: " << r.Describe();
   EXPECT_EQ(lines[2]["errno"], "EPERM") << r.Describe();
+  EXPECT_ATTEMPTED(lines[3], r.Describe());
   EXPECT_EQ(lines[4]["result"], "ok") << r.Describe();  // positive control, same child cgroup
   ASSERT_TRUE(lab().Drain().ok());
   EXPECT_EQ(lab().PacketsTo(kImds4), 0u) << lab().CountersSummary();
@@ -68,7 +69,9 @@ TEST_F(Cgroups, ChildCgroupMadeInsideTheSandboxIsStillEnforced) {
 TEST_F(Cgroups, UnregisteredCgroupIsUntouched) {
   std::string free_cg = Cgroup("free");
   EXPECT_TRUE(Ok(ProbeIn(free_cg, {"tcp", kImds4, "80"})));
-  EXPECT_EQ(ProbeIn(free_cg, {"raw-icmp", kImds6})["echo"], "true");
+  ProbeLine raw = ProbeIn(free_cg, {"raw-icmp", kImds6});
+  EXPECT_ATTEMPTED(raw, "raw-icmp from an unregistered cgroup");
+  EXPECT_EQ(raw["echo"], "true");
   EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(kImds4, 80) == 1; })) << lab().CountersSummary();
 }
 
@@ -90,7 +93,8 @@ TEST_F(Cgroups, UnregisteredCgroupBelowContainedRootGetsNoEgressUntilAPolicyArri
   ASSERT_TRUE(worker.ok()) << worker.status();
   EXPECT_EQ(ProbeIn(*worker, {"tcp", kPublicA4, "80"})["errno"], "EPERM");
   EXPECT_EQ(ProbeIn(*worker, {"udp-sendto", kPublicA6, "7000"})["errno"], "EPERM");
-  ProbeIn(*worker, {"raw-icmp", kPublicB4});
+  ProbeLine raw = ProbeIn(*worker, {"raw-icmp", kPublicB4});
+  EXPECT_ATTEMPTED(raw, "raw-icmp below a contained root");
   ASSERT_TRUE(lab().Drain().ok());
   EXPECT_EQ(lab().PacketsTo(kPublicA4), 0u);
   EXPECT_EQ(lab().PacketsTo(kPublicA6), 0u);

@@ -149,7 +149,10 @@ lab::RunResult Egressd::CtlAt(const lab::Lab& lab, const InstanceDirs& dirs,
 
 std::vector<std::string> Egressd::SandboxedArgv(const std::vector<std::string>& policy,
                                                 const std::vector<std::string>& probe) const {
-  std::vector<std::string> argv = {lab::BinaryPath("egressctl"), "run"};
+  // --host-root: the hostile client stays uid 0 of the initial user namespace
+  // with CAP_NET_RAW, so raw attacks meet egressd's hooks, not a refused
+  // socket() (the default sandbox's root is only its own namespace's).
+  std::vector<std::string> argv = {lab::BinaryPath("egressctl"), "run", "--host-root"};
   argv.insert(argv.end(), policy.begin(), policy.end());
   argv.insert(argv.end(), {"--", "setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all",
                            "--", lab::BinaryPath("egressd-probe")});
@@ -206,6 +209,11 @@ lab::ProbeLine Only(const lab::RunResult& r) {
 bool Ok(const lab::ProbeLine& l) {
   auto it = l.find("result");
   return it != l.end() && it->second == "ok";
+}
+
+bool SocketMadeAndSent(const lab::ProbeLine& l) {
+  auto sock = l.find("socket");
+  return sock != l.end() && sock->second == "created" && l.count("send_ret") == 1;
 }
 
 std::string Errno(const lab::ProbeLine& l) {

@@ -64,8 +64,9 @@ class Egressd {
   static lab::RunResult CtlAt(const lab::Lab& lab, const InstanceDirs& dirs,
                               const std::vector<std::string>& args);
 
-  // `egressctl run POLICY... -- <hostile> egressd-probe PROBE...` in pod 0's
-  // netns (or `netns`): the probe runs as root with only CAP_NET_RAW.
+  // `egressctl run --host-root POLICY... -- <hostile> egressd-probe PROBE...`
+  // in pod 0's netns (or `netns`): the probe runs as the node's root with
+  // only CAP_NET_RAW.
   lab::RunResult RunSandboxed(const std::vector<std::string>& policy,
                               const std::vector<std::string>& probe) const;
   lab::RunResult RunSandboxedIn(const std::string& netns, const std::vector<std::string>& policy,
@@ -94,6 +95,15 @@ std::vector<lab::ProbeLine> Lines(const lab::RunResult& r);
 // The single attempt line (fails the test if there is not exactly one).
 lab::ProbeLine Only(const lab::RunResult& r);
 bool Ok(const lab::ProbeLine& l);
+// A raw or packet attack was really made: its socket was created and its
+// send returned (whatever it returned). Without this a refused socket()
+// would pass for a defended destination ("nothing arrived"). `line` is a
+// ProbeLine variable (evaluated more than once).
+bool SocketMadeAndSent(const lab::ProbeLine& l);
+#define EXPECT_ATTEMPTED(line, context)                                           \
+  EXPECT_TRUE(::egressd::test::SocketMadeAndSent(line))                          \
+      << "the attack never reached a send (socket " << (line)["socket"] << ", stage " \
+      << (line)["stage"] << ", errno " << (line)["errno"] << "): " << (context)
 std::string Errno(const lab::ProbeLine& l);
 
 }  // namespace egressd::test

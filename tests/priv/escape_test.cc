@@ -122,9 +122,9 @@ TEST_F(Escape, CannotSignalProcessesOutside) {
 }
 
 TEST_F(Escape, KeepsOnlyCapNetRawOfTheDangerousOnes) {
-  // Even without setpriv, `egressctl run` drops what reaches the node's BPF
-  // and network configuration.
-  RunResult r = Shared().Ctl({"run", "--", "grep", "^CapBnd", "/proc/self/status"});
+  // Even without setpriv, `egressctl run --host-root` (the node's root) drops
+  // what reaches the node's BPF and network configuration.
+  RunResult r = Shared().Ctl({"run", "--host-root", "--", "grep", "^CapBnd", "/proc/self/status"});
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   uint64_t bnd = std::stoull(r.out.substr(r.out.find(':') + 1), nullptr, 16);
   EXPECT_FALSE(bnd & (1ULL << 21)) << "CAP_SYS_ADMIN kept";

@@ -79,7 +79,7 @@ TEST_F(Lifecycle, SigkillOfTheLoadingProcessLeavesEnforcementUnchanged) {
   // sandbox's command is still waiting to act.
   RunSpec spec;
   spec.argv = {BinaryPath("egressctl"), "--pin-root", pins, "--runtime-dir", dirs.runtime_dir,
-               "run", "--egress", kPublicA4, "--",
+               "run", "--host-root", "--egress", kPublicA4, "--",
                "setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--",
                BinaryPath("egressd-probe"), "sleep", std::to_string(int(3000 * TimeScale())),
                "--then", "tcp", kImds4, "80", "--then",
@@ -111,6 +111,7 @@ TEST_F(Lifecycle, SigkillOfTheLoadingProcessLeavesEnforcementUnchanged) {
   ASSERT_EQ(lines[0]["result"], "ok") << "the sandbox's pause ended after the loader died";
   EXPECT_EQ(lines[1]["errno"], "EPERM") << "IMDS after the loader died";
   EXPECT_EQ(lines[2]["errno"], "EPERM") << "an unnamed host after the loader died";
+  EXPECT_ATTEMPTED(lines[3], "raw-icmp after the loader died");
   EXPECT_EQ(lines[4]["result"], "ok") << "the named host after the loader died";
   ASSERT_TRUE(lab().Drain().ok());
   EXPECT_EQ(lab().PacketsTo(kImds4), 0u) << lab().CountersSummary();

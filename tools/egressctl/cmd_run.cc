@@ -1,5 +1,7 @@
 // egressctl run: a transient sandbox around one command.
+#include <limits.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include "userspace/common/instance_lock.h"
 #include "loader/probe.h"
 #include "maps/lpm_keys.h"
+#include "userspace/common/errors.h"
 #include "userspace/common/fault.h"
 #include "tools/egressctl/commands.h"
 #include "userspace/sandbox/isolation.h"
@@ -27,21 +30,79 @@
 namespace egressd::cli {
 namespace {
 
-absl::Status ResolveUser(const std::string& user, sandbox::IsolationSpec& spec) {
-  if (user.empty()) return absl::OkStatus();
-  const passwd* pw = nullptr;
-  uint32_t uid = 0;
-  if (absl::SimpleAtoi(user, &uid)) {
-    pw = getpwuid(uid);
-    spec.uid = uid;
-    spec.gid = pw ? pw->pw_gid : uid;
+absl::Status ResolveIdentity(const RunFlags& run, sandbox::IsolationSpec& spec) {
+  if (run.host_root) {
+    if (!run.user.empty()) return absl::InvalidArgumentError("--host-root and --user \"" + run.user + "\": choose one");
+    spec.identity = sandbox::Identity::kHostRoot;
     return absl::OkStatus();
   }
-  pw = getpwnam(user.c_str());
-  if (!pw) return absl::InvalidArgumentError(absl::StrCat("--user \"", user, "\": no such user"));
-  spec.uid = pw->pw_uid;
-  spec.gid = pw->pw_gid;
+  if (run.user.empty()) {
+    spec.identity = sandbox::Identity::kNamespaceRoot;
+    return absl::OkStatus();
+  }
+  uint32_t uid = 0;
+  if (absl::SimpleAtoi(run.user, &uid)) {
+    const passwd* pw = getpwuid(uid);
+    spec.uid = uid;
+    spec.gid = pw ? pw->pw_gid : uid;
+  } else {
+    const passwd* pw = getpwnam(run.user.c_str());
+    if (!pw) return absl::InvalidArgumentError(absl::StrCat("--user \"", run.user, "\": no such user"));
+    spec.uid = pw->pw_uid;
+    spec.gid = pw->pw_gid;
+  }
+  if (spec.uid == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--user \"", run.user, "\" is the node's root: without --user the command is already root of its "
+        "own user namespace; --host-root makes it the node's (see egressctl run --help)"));
+  }
+  spec.identity = sandbox::Identity::kUser;
   return absl::OkStatus();
+}
+
+// The working directory (written and started in) and the other writable
+// directories. The current directory is the default working directory, but
+// one that may not be writable ("/", /proc...) only stays read-only: the
+// command still starts there.
+absl::Status ResolveWritable(const RunFlags& run, sandbox::IsolationSpec& spec) {
+  const auto& hidden = spec.view.hide_dirs;
+  if (!run.workdir.empty()) {
+    auto dir = sandbox::CheckWritableDir(run.workdir, hidden);
+    if (!dir.ok()) return absl::InvalidArgumentError(absl::StrCat("--workdir ", dir.status().message()));
+    spec.view.writable.push_back(*dir);
+    spec.start_dir = *dir;
+  } else {
+    char buf[PATH_MAX];
+    if (!getcwd(buf, sizeof(buf))) return ErrnoStatus(errno, "getcwd");
+    spec.start_dir = buf;
+    auto dir = sandbox::CheckWritableDir(buf, hidden);
+    if (dir.ok()) {
+      spec.view.writable.push_back(*dir);
+    } else {
+      spdlog::info("the current directory stays read-only in the sandbox: {}", std::string(dir.status().message()));
+    }
+  }
+  for (const auto& w : run.writable) {
+    auto dir = sandbox::CheckWritableDir(w, hidden);
+    if (!dir.ok()) return absl::InvalidArgumentError(absl::StrCat("--writable ", dir.status().message()));
+    spec.view.writable.push_back(*dir);
+  }
+  return absl::OkStatus();
+}
+
+// The sandbox's files belong to its node uid: say so when its working
+// directory will refuse it (the mount is writable, the permissions are not).
+void WarnIfNotWritable(const sandbox::IsolationSpec& spec, bool explicit_workdir) {
+  if (spec.identity == sandbox::Identity::kHostRoot || spec.view.writable.empty()) return;
+  const std::string& dir = spec.view.writable.front();
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) return;
+  bool ok = (st.st_uid == spec.view.run_owner && (st.st_mode & S_IWUSR)) ||
+            (st.st_gid == spec.view.run_group && (st.st_mode & S_IWGRP)) || (st.st_mode & S_IWOTH);
+  if (ok) return;
+  auto level = explicit_workdir ? spdlog::level::warn : spdlog::level::info;
+  spdlog::log(level, "{} is not writable by uid {}, which the sandbox's command is on the node", dir,
+              spec.view.run_owner);
 }
 
 // The first `egressctl run` on a machine loads egressd itself.
@@ -57,7 +118,7 @@ absl::Status EnsureLoaded(const Paths& paths) {
 
 }  // namespace
 
-int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox, const std::string& user,
+int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox, const RunFlags& run,
            const std::vector<std::string>& command) {
   // Everything that can be wrong with the input is reported before anything
   // is created or the command starts.
@@ -67,7 +128,22 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   PrintWarnings(*policy);
   sandbox::IsolationSpec spec;
   spec.argv = command;
-  if (auto s = ResolveUser(user, spec); !s.ok()) return Report(s);
+  if (auto s = ResolveIdentity(run, spec); !s.ok()) return Report(s);
+  spec.view.hide_dirs = {paths.bpffs, paths.pin_root, paths.runtime_dir};
+  if (auto s = ResolveWritable(run, spec); !s.ok()) return Report(s);
+  switch (spec.identity) {
+    case sandbox::Identity::kNamespaceRoot:
+      spec.view.run_owner = sandbox::kNamespaceRootUid;
+      spec.view.run_group = sandbox::kNamespaceRootGid;
+      break;
+    case sandbox::Identity::kUser:
+      spec.view.run_owner = spec.uid;
+      spec.view.run_group = spec.gid;
+      break;
+    case sandbox::Identity::kHostRoot:
+      break;
+  }
+  WarnIfNotWritable(spec, !run.workdir.empty());
 
   if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
 
@@ -80,9 +156,8 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   if (!cg2.ok()) return Report(cg2.status());
   uint32_t nonce = 0;
   (void)getrandom(&nonce, sizeof(nonce), 0);
-  spec.cgroup2_mount = *cg2;
+  spec.view.cgroup2_mount = *cg2;
   spec.cgroup_dir = absl::StrCat(*cg2, "/egressd/run-", getpid(), "-", nonce);
-  spec.hide_dirs = {paths.bpffs, paths.pin_root, paths.runtime_dir};
   if (auto s = MakeDirs(spec.cgroup_dir, 0755); !s.ok()) return Report(s);
 
   control::Registry registry(paths);

@@ -52,7 +52,15 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
 int CmdSandboxRemove(const Paths& paths, const std::string& cgroup);
 int CmdSandboxContain(const Paths& paths, const std::string& cgroup);
 
-int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox, const std::string& user,
+// Who the command of `egressctl run` is, and what of the node it may write.
+struct RunFlags {
+  std::string user;                   // --user: name or uid; empty: root of its own user namespace
+  bool host_root = false;             // --host-root: the node's uid 0 (with CAP_NET_RAW)
+  std::string workdir;                // --workdir; empty: the current directory
+  std::vector<std::string> writable;  // --writable
+};
+
+int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox, const RunFlags& run,
            const std::vector<std::string>& command);
 
 // policy check: exit 0 (printing a summary) or 2 (printing every problem).

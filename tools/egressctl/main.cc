@@ -132,14 +132,28 @@ int main(int argc, char** argv) {
   contain->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
 
   cli::PolicyFlags run_flags;
-  std::string user;
+  cli::RunFlags run_as;
   std::vector<std::string> command;
   auto* run = app.add_subcommand("run", "Run a command in a fresh transient sandbox");
   AddPolicyFlags(run, run_flags, after_parse);
   AddSandboxFlags(run, run_sandbox);
   run->add_flag("--require-socket-containment", run_flags.require_socket_containment,
                 "Refuse where packet/AF_XDP/AF_VSOCK sockets and abstract unix peers cannot be judged (no bpf LSM)");
-  run->add_option("--user", user, "Run the command as this user (name or uid)");
+  run->add_option("--user", run_as.user,
+                  "Run the command as this unprivileged node user (name or uid) instead of as root of "
+                  "its own user namespace (nobody on the node)");
+  run->add_flag("--host-root", run_as.host_root,
+                "Run the command as the node's uid 0 with CAP_NET_RAW (raw sockets, DAC_OVERRIDE, "
+                "SETUID...): for a hostile client that must reach egressd's datapath hooks, never for "
+                "code that should not be root of the node");
+  run->add_option("--workdir", run_as.workdir,
+                  "The directory the command starts in and may write (default: the current one)");
+  run->add_option("--writable", run_as.writable,
+                  "Another directory the command may write (repeatable); whatever reads it outside "
+                  "the sandbox reads what the sandbox put there")
+      ->type_size(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   run->add_option("command", command, "-- CMD [ARGS...]")->required();
 
   auto* policy = app.add_subcommand("policy", "Check or compile a policy without applying it (no root needed)");
@@ -177,7 +191,7 @@ int main(int argc, char** argv) {
   if (*add) return cli::CmdSandboxAdd(paths, cgroup, add_flags, add_sandbox);
   if (*remove) return cli::CmdSandboxRemove(paths, cgroup);
   if (*contain) return cli::CmdSandboxContain(paths, cgroup);
-  if (*run) return cli::CmdRun(paths, run_flags, run_sandbox, user, command);
+  if (*run) return cli::CmdRun(paths, run_flags, run_sandbox, run_as, command);
   if (*check) return cli::CmdPolicyCheck(check_flags);
   if (*compile) return cli::CmdPolicyCompile(compile_flags, format);
   return cli::kExitBadInput;

@@ -5,7 +5,6 @@
 #include <linux/capability.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -15,8 +14,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
-#include "absl/strings/match.h"
 #include "userspace/common/errors.h"
 
 namespace egressd::sandbox {
@@ -71,36 +70,6 @@ int WaitFor(pid_t pid) {
   _exit(kSetupFailed);
 }
 
-bool IsDir(const std::string& p) {
-  struct stat st {};
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-void MountCgroupSubtree(const std::string& cg2) {
-  const unsigned long flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
-  // On hybrid hosts the v1 hierarchies sit beside cgroup2 under
-  // /sys/fs/cgroup: cover them all, then show only our cgroup2 subtree.
-  if (absl::StartsWith(cg2, "/sys/fs/cgroup/")) {
-    if (mount("tmpfs", "/sys/fs/cgroup", "tmpfs", flags, "mode=0755,size=64k") != 0) Fail("mount tmpfs on /sys/fs/cgroup");
-    if (mkdir(cg2.c_str(), 0755) != 0 && errno != EEXIST) Fail("mkdir cgroup2 mount point");
-  }
-  // In the new cgroup namespace a fresh cgroup2 mount is rooted at the sandbox.
-  // Where cgroup2 is mounted at cg2 itself (unified hosts, Kubernetes nodes)
-  // the kernel refuses a second cgroup2 mount on top of it (EBUSY): detach
-  // the node's one first (this mount namespace is private).
-  if (umount2(cg2.c_str(), MNT_DETACH) != 0 && errno != EINVAL) Fail("detach the node's cgroup2 mount");
-  if (mount("cgroup2", cg2.c_str(), "cgroup2", flags, nullptr) != 0) Fail("mount cgroup2");
-}
-
-void HideDirs(const std::vector<std::string>& dirs) {
-  for (const auto& d : dirs) {
-    if (!IsDir(d)) continue;  // absent, or already under an earlier tmpfs
-    if (mount("tmpfs", d.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k") != 0) {
-      Fail(("hide " + d).c_str());
-    }
-  }
-}
-
 void DropCapabilities() {
   for (int cap : DroppedCapabilities()) {
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) Fail("drop capability from bounding set");
@@ -120,12 +89,65 @@ void DropCapabilities() {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail("PR_SET_NO_NEW_PRIVS");
 }
 
-[[noreturn]] void ExecCommand(const IsolationSpec& spec) {
-  DropCapabilities();
-  if (spec.gid) {
-    if (setgroups(0, nullptr) != 0 || setresgid(*spec.gid, *spec.gid, *spec.gid) != 0) Fail("setgid");
+// A pipe between the sandbox's init and its command: the command says when
+// it has its user namespace, init says when the namespace's ids are mapped.
+struct MapHandshake {
+  int to_init[2] = {-1, -1};
+  int to_cmd[2] = {-1, -1};
+};
+
+void WriteFileOrFail(const std::string& path, const std::string& text) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    Fail(("write " + path).c_str());
   }
-  if (spec.uid && setresuid(*spec.uid, *spec.uid, *spec.uid) != 0) Fail("setuid");
+  close(fd);
+}
+
+// Root of a new user namespace whose 0 is nobody on the node. The mapping is
+// written by init, real root of the initial user namespace (the command,
+// once inside, may map only its own uid, which is still the node's 0). Until
+// the setresuid below the command keeps the node's uid 0, so nothing runs in
+// between; its supplementary groups go first, as they would stay the node's.
+void EnterUserNamespace(const MapHandshake& h) {
+  if (setgroups(0, nullptr) != 0) Fail("setgroups");
+  if (unshare(CLONE_NEWUSER) != 0) Fail("unshare user namespace");
+  char c = 'u';
+  if (write(h.to_init[1], &c, 1) != 1) Fail("ask for the uid map");
+  if (read(h.to_cmd[0], &c, 1) != 1 || c != 'm') {
+    errno = EPROTO;
+    Fail("wait for the uid map");
+  }
+  if (setresgid(0, 0, 0) != 0) Fail("setgid to the namespace's root");
+  if (setresuid(0, 0, 0) != 0) Fail("setuid to the namespace's root");
+}
+
+// The other side: maps the command's namespace, 0 to nobody.
+void MapUserNamespace(pid_t cmd, const MapHandshake& h) {
+  char c = 0;
+  if (read(h.to_init[0], &c, 1) != 1 || c != 'u') _exit(kSetupFailed);  // the command said why
+  const std::string proc = "/proc/" + std::to_string(cmd);
+  WriteFileOrFail(proc + "/uid_map", "0 " + std::to_string(kNamespaceRootUid) + " 1\n");
+  WriteFileOrFail(proc + "/gid_map", "0 " + std::to_string(kNamespaceRootGid) + " 1\n");
+  c = 'm';
+  if (write(h.to_cmd[1], &c, 1) != 1) Fail("report the uid map");
+}
+
+[[noreturn]] void ExecCommand(const IsolationSpec& spec, const MapHandshake& h) {
+  switch (spec.identity) {
+    case Identity::kNamespaceRoot:
+      EnterUserNamespace(h);
+      DropCapabilities();
+      break;
+    case Identity::kUser:
+      DropCapabilities();
+      if (setgroups(0, nullptr) != 0 || setresgid(spec.gid, spec.gid, spec.gid) != 0) Fail("setgid");
+      if (setresuid(spec.uid, spec.uid, spec.uid) != 0) Fail("setuid");
+      break;
+    case Identity::kHostRoot:
+      DropCapabilities();
+      break;
+  }
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -138,14 +160,27 @@ void DropCapabilities() {
 // command, reaps orphans, and exits with the command's status (which ends
 // every other process in the namespace).
 [[noreturn]] void SandboxInit(const IsolationSpec& spec) {
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) Fail("make mounts private");
-  MountCgroupSubtree(spec.cgroup2_mount);
-  HideDirs(spec.hide_dirs);
-  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) Fail("mount /proc");
+  if (absl::Status s = SetUpNodeView(spec.view); !s.ok()) {
+    std::fprintf(stderr, "egressctl run: %s\n", std::string(s.message()).c_str());
+    _exit(kSetupFailed);
+  }
+  if (chdir(spec.start_dir.c_str()) != 0) Fail(("chdir " + spec.start_dir).c_str());
+  MapHandshake h;
+  if (spec.identity == Identity::kNamespaceRoot &&
+      (pipe2(h.to_init, O_CLOEXEC) != 0 || pipe2(h.to_cmd, O_CLOEXEC) != 0)) {
+    Fail("pipe");
+  }
   pid_t cmd = fork();
   if (cmd < 0) Fail("fork command");
-  if (cmd == 0) ExecCommand(spec);
+  if (cmd == 0) ExecCommand(spec, h);
   ForwardSignalsTo(cmd);
+  if (spec.identity == Identity::kNamespaceRoot) {
+    close(h.to_init[1]);
+    close(h.to_cmd[0]);
+    MapUserNamespace(cmd, h);
+    close(h.to_init[0]);
+    close(h.to_cmd[1]);
+  }
   for (;;) {
     int status = 0;
     pid_t p = wait(&status);

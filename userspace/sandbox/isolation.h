@@ -1,30 +1,48 @@
 // How egressd starts a command in its sandbox (`egressctl run` today, the
 // daemon later), so that code in the sandbox, even as root, cannot undo its
-// own enforcement: it starts in its sandbox cgroup, in new cgroup, mount and
-// PID namespaces where the cgroup tree is only its own subtree, bpffs and
-// egressd's runtime directory are empty tmpfs, other processes are
-// invisible, and the capabilities that could reach the node's BPF or network
-// configuration are gone from the bounding set (CAP_NET_RAW stays: raw
-// sockets are judged by the skb backstop).
+// own enforcement or reach into the node: it starts in its sandbox cgroup,
+// in new cgroup, mount and PID namespaces where the cgroup tree is only its
+// own subtree, other processes are invisible, and the node's filesystem is
+// read-only apart from its working directory (node_view.h); the
+// capabilities that could reach the node's BPF or network configuration are
+// gone from the bounding set, and no_new_privs is set.
+//
+// Who the command is on the node (Identity):
+// - kNamespaceRoot (the default): root of a user namespace of its own whose
+//   uid and gid 0 are nobody (65534) on the node. Its capabilities are over
+//   that namespace only: none over the node's files, sysctls, or the
+//   network namespace it shares with the node, where socket(SOCK_RAW)
+//   fails with EPERM.
+// - kUser (--user): that unprivileged user of the node, no capabilities.
+// - kHostRoot (--host-root): uid 0 of the node with what the bounding set
+//   leaves (CAP_NET_RAW included: raw sockets are judged by the skb
+//   backstop): the hostile client of egressd's datapath tests.
 #pragma once
 
 #include <signal.h>
 
-#include <optional>
 #include <string>
 #include <sys/types.h>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "userspace/sandbox/node_view.h"
 
 namespace egressd::sandbox {
 
+enum class Identity { kNamespaceRoot, kUser, kHostRoot };
+
+// The node uid and gid that the default sandbox's root is (nobody).
+inline constexpr uid_t kNamespaceRootUid = 65534;
+inline constexpr gid_t kNamespaceRootGid = 65534;
+
 struct IsolationSpec {
   std::string cgroup_dir;                 // the sandbox cgroup (absolute)
-  std::string cgroup2_mount;              // where cgroup2 is mounted on the node
-  std::vector<std::string> hide_dirs;     // bpffs, pin root, runtime dir: tmpfs over each
-  std::optional<uid_t> uid;               // --user: drop to this uid (and its gid)
-  std::optional<gid_t> gid;
+  NodeView view;                          // cgroup2 mount, hidden and writable dirs
+  Identity identity = Identity::kNamespaceRoot;
+  uid_t uid = 0;                          // kUser: drop to this uid and gid
+  gid_t gid = 0;
+  std::string start_dir;                  // the command's working directory
   std::vector<std::string> argv;          // the command
 };
 
