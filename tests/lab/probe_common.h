@@ -127,6 +127,6 @@ void OpSleep(const Op& op);
 void OpInfo(const Op& op);
 
 void OpOpenWrite(const Op& op);
-void OpUnixConnect(const Op& op);
+void OpUnixPathConnect(const Op& op);
 
 }  // namespace egressd::probe

@@ -77,7 +77,7 @@ Other operations:
   unlink PATH | mkdir PATH | kill PID SIG (number or name)
   join-cgroup DIR               write our pid to DIR/cgroup.procs, then go on
   open-write PATH               open(O_WRONLY) and close, writing nothing
-  unix-connect PATH             connect to a pathname unix stream socket, send payload,
+  unix-path-connect PATH        connect to a pathname unix stream socket, send payload,
                                 read until EOF ("reply")
   exec -- ARGV...               execvp the rest of the command line (must be last)
   sleep MS | info               sleep prints {"state":"sleeping"} first, then its result;
@@ -132,7 +132,7 @@ const std::vector<OpSpec>& Specs() {
       {"sleep", {A::kInt}, OpSleep},
       {"info", {}, OpInfo},
       {"open-write", {A::kText}, OpOpenWrite},
-      {"unix-connect", {A::kText}, OpUnixConnect},
+      {"unix-path-connect", {A::kText}, OpUnixPathConnect},
   };
   return specs;
 }

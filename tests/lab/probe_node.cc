@@ -21,7 +21,7 @@ void OpOpenWrite(const Op& op) {
   j.Ok().Emit();
 }
 
-void OpUnixConnect(const Op& op) {
+void OpUnixPathConnect(const Op& op) {
   Json j(op.name);
   j.Str("path", op.pos[0]);
   sockaddr_un sa{};

@@ -208,7 +208,7 @@ TEST_F(RunContainment, CannotReachNodeUnixSocketsUnderRun) {
   UnixListener containerd(dir + "/containerd.sock", "containerd");
   UnixListener resolver(dir + "/nscd/socket", kImds4);
   ASSERT_TRUE(containerd.ready() && resolver.ready()) << dir;
-  const std::vector<std::string> ask = {"unix-connect", containerd.path(), "--then", "unix-connect",
+  const std::vector<std::string> ask = {"unix-path-connect", containerd.path(), "--then", "unix-path-connect",
                                         resolver.path(), "--payload", "GETHOSTBYNAME metadata.denied.example\n"};
   // Positive control: the same probe outside any sandbox reaches both.
   RunResult outside = lab().ProbeIn(lab().node_netns(), ask);
@@ -233,7 +233,7 @@ TEST_F(RunContainment, CannotReachNodeUnixSocketsUnderRun) {
       std::cout << "[ info ] no " << real << " on this node\n";
       continue;
     }
-    ProbeLine l = Only(RunFrom(work_, kDefault, {BinaryPath("egressd-probe"), "unix-connect", real}));
+    ProbeLine l = Only(RunFrom(work_, kDefault, {BinaryPath("egressd-probe"), "unix-path-connect", real}));
     EXPECT_EQ(l["errno"], "ENOENT") << last_.Describe();
   }
   std::error_code ec;
