@@ -116,6 +116,7 @@ void OpXdpSocket(const Op& op);
 void OpVsockConnect(const Op& op);
 void OpUnixListen(const Op& op);
 void OpUnixConnect(const Op& op);
+void OpViaDev(const Op& op);
 
 void OpWriteFile(const Op& op);
 void OpUnlink(const Op& op);

@@ -51,6 +51,11 @@ Network operations:
   so-mark MARK ADDR PORT        setsockopt(SO_MARK) ("mark_result"/"mark_errno"), then tcp
   mapped6 ADDR PORT [--udp|--udp-connected]
                                 AF_INET6, IPV6_V6ONLY=0, to ::ffff:ADDR (tcp by default)
+  via-dev MODE ADDR PORT IF [--tcp]
+                                UDP sendto (TCP connect + echo with --tcp) forced out of
+                                interface IF; MODE: bindtodevice (SO_BINDTODEVICE),
+                                unicast-if (IP_UNICAST_IF/IPV6_UNICAST_IF) or pktinfo
+                                (IP_PKTINFO/IPV6_PKTINFO cmsg, UDP only)
   hold ADDR PORT [--interval-ms N] [--count K] [--timeout-ms T]
                                 one TCP connection; line "round":0 for the connect, then
                                 every N ms send "round i" and expect its echo (K rounds);
@@ -115,6 +120,7 @@ const std::vector<OpSpec>& Specs() {
       {"uring-connect", {A::kAddr, A::kPort}, OpUringConnect},
       {"so-mark", {A::kInt, A::kAddr, A::kPort}, OpSoMark},
       {"mapped6", {A::kAddr4, A::kPort}, OpMapped6},
+      {"via-dev", {A::kText, A::kAddr, A::kPort, A::kText}, OpViaDev},
       {"hold", {A::kAddr, A::kPort}, OpHold},
       {"packet-udp", {A::kAddr4, A::kPort, A::kText}, OpPacketUdp},
       {"packet-sniff", {A::kAddr4, A::kPort}, OpPacketSniff},
