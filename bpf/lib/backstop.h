@@ -4,7 +4,8 @@
  * sockets, ICMP, SCTP and source routing cannot reach what connect() would
  * have refused.  Packets of connections connect() allowed are recognised by
  * socket storage, and TCP sockets that were never connect()ed (listeners and
- * accepted connections) pass, so replies and inbound service are unaffected.
+ * accepted connections) pass, so replies and inbound service are unaffected;
+ * a TCP SYN, though, is an active open and passes only with a record.
  * The skb mark is never consulted: there is no exemption to forge. */
 #ifndef EGRESSD_BPF_LIB_BACKSTOP_H
 #define EGRESSD_BPF_LIB_BACKSTOP_H
@@ -14,6 +15,8 @@
 #include "lib/packet.h"
 #include "lib/decision.h"
 #include "lib/verdict.h"
+
+#define EGR_LOOPBACK_IFINDEX 1 /* `lo` has this index in every netns */
 
 /* Every hop of an IPv6 routing header is a destination too. */
 static __always_inline struct egr_decision egr_judge_segments(struct __sk_buff *skb,
@@ -76,17 +79,36 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 	if (sk)
 		st = bpf_sk_storage_get(&egr_sock_v1, sk, 0, 0);
 
-	if (st && (st->flags & EGR_SOCK_FOREIGN_NETNS) && !p.nsegments && !unspecified &&
-	    egr_addr_is_loopback(&p.dst))
-		return egr_decide(EGR_PASS, EGR_REASON_OWN_LOOPBACK);
+	/* Loopback stays in the namespace only on `lo`: bound to another
+	 * device (SO_BINDTODEVICE, IP_UNICAST_IF, an IP_PKTINFO ifindex) it
+	 * leaves on the link, where a next hop with route_localnet=1 answers
+	 * on its own 127.0.0.1.  The device is judged here, not at the hooks,
+	 * because a cmsg ifindex never reaches sendmsg programs. */
+	if (egr_addr_is_loopback(&p.dst) && !p.nsegments) {
+		if (skb->ifindex != EGR_LOOPBACK_IFINDEX)
+			return egr_deny(pol, EGR_REASON_LOOPBACK_LEAVES);
+		if (st && (st->flags & EGR_SOCK_FOREIGN_NETNS) && !unspecified)
+			return egr_decide(EGR_PASS, EGR_REASON_OWN_LOOPBACK);
+	}
 
 	if (st && (st->flags & EGR_SOCK_CONNECTED) && !p.nsegments &&
 	    egr_addr_eq(&p.dst, st->addr) && st->port == bpf_htons(p.dport) &&
 	    st->policy_id == sb->policy_id)
 		return egr_decide(EGR_PASS, EGR_REASON_CONNECTED); /* under the policy in force */
 
-	if (!st && sk && sk->type == 1 /* SOCK_STREAM */ && sk->protocol == IPPROTO_TCP)
-		return egr_decide(EGR_PASS, EGR_REASON_INBOUND_TCP); /* listener or accepted */
+	if (sk && sk->type == 1 /* SOCK_STREAM */ && sk->protocol == IPPROTO_TCP) {
+		/* A kernel TCP socket's SYN is an active open, and every active
+		 * open a sandbox makes passes connect4/6, which records it.  One
+		 * without an allowing record was opened where no sandbox was
+		 * the caller: by a kernel worker (an MPTCP subflow the path
+		 * manager opened towards an announced address) or by a process
+		 * outside the sandbox holding the sandbox's socket. */
+		if (p.opens_tcp && !(st && (st->flags & EGR_SOCK_CONNECTED) &&
+				     egr_addr_eq(&p.dst, st->addr)))
+			return egr_deny(pol, EGR_REASON_UNRECORDED_OPEN);
+		if (!st)
+			return egr_decide(EGR_PASS, EGR_REASON_INBOUND_TCP); /* listener or accepted */
+	}
 
 	d = egr_judge(sb, pol, &p.dst, p.dport);
 	if (!egr_passes(d))

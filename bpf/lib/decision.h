@@ -32,6 +32,8 @@ enum egr_reason {
 	EGR_REASON_ROUTING_HOP,     /* a routing-header hop is not allowed */
 	EGR_REASON_FAMILY,          /* a socket family (or a send on it) not allowed */
 	EGR_REASON_FOREIGN_PEER,    /* an abstract unix peer outside the sandbox */
+	EGR_REASON_LOOPBACK_LEAVES, /* a loopback destination on a real link */
+	EGR_REASON_UNRECORDED_OPEN, /* a TCP SYN no allowed connect() recorded */
 };
 
 struct egr_decision {

@@ -37,6 +37,7 @@ struct egr_pkt {
 	__u8 l4proto;
 	__u8 nsegments;  /* IPv6 routing header addresses to judge too */
 	__u32 rh_offset; /* where those addresses start (from the skb's start) */
+	__u8 opens_tcp;  /* TCP SYN without ACK, or a TCP header too short to tell */
 };
 
 
@@ -64,6 +65,12 @@ static __always_inline int egr_load_dport(struct __sk_buff *skb, __u32 off, stru
 	if (bpf_skb_load_bytes(skb, off, ports, sizeof(ports)))
 		return EGR_PARSE_REFUSE;
 	p->dport = bpf_ntohs(ports[1]);
+	if (p->l4proto == IPPROTO_TCP) {
+		__u8 flags = 0x02; /* unreadable flags count as an open: no shortcut */
+
+		bpf_skb_load_bytes(skb, off + 13, &flags, 1);
+		p->opens_tcp = (flags & 0x12) == 0x02; /* SYN, not ACK */
+	}
 	return EGR_PARSE_OK;
 }
 

@@ -39,6 +39,20 @@ static __always_inline int egr_in_foreign_netns(struct bpf_sock_addr *ctx)
 	return bpf_get_netns_cookie(ctx) != cfg->node_netns_cookie;
 }
 
+/* SO_BINDTODEVICE to a real link sends even 127.0.0.1 out of it.  (An
+ * IP_UNICAST_IF or IP_PKTINFO ifindex is invisible here: the backstop judges
+ * the device the packet really leaves on.) */
+static __always_inline int egr_bound_off_loopback(struct bpf_sock_addr *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+	__u32 dev;
+
+	if (!sk)
+		return 0;
+	dev = sk->bound_dev_if;
+	return dev != 0 && dev != 1 /* lo */;
+}
+
 enum egr_note {
 	EGR_NOTE_CONNECT_ALLOWED, /* connect() allowed: remember the destination */
 	EGR_NOTE_CONNECT_DENIED,  /* connect() denied: forget any earlier one */
@@ -107,6 +121,8 @@ static __always_inline struct egr_decision egr_sock_addr_judge(struct bpf_sock_a
 	pol = bpf_map_lookup_elem(&egr_policy_v1, &sb->policy_id);
 	if (!pol)
 		d = egr_deny(pol, EGR_REASON_NO_POLICY);
+	else if (egr_addr_is_loopback(&dst) && egr_bound_off_loopback(ctx))
+		d = egr_deny(pol, EGR_REASON_LOOPBACK_LEAVES);
 	else if (foreign && egr_addr_is_loopback(&dst))
 		d = egr_decide(EGR_PASS, EGR_REASON_OWN_LOOPBACK);
 	else
