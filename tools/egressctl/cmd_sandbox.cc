@@ -9,6 +9,9 @@
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
 #include "tools/egressctl/sandbox_flags.h"
+#include "userspace/common/errors.h"
+#include "maps/egressd_abi.h"
+#include "userspace/common/cgroup_tree.h"
 #include "userspace/control/registry.h"
 
 namespace egressd::cli {
@@ -25,6 +28,29 @@ absl::StatusOr<uint64_t> LoadedCgroupId(const Paths& paths, const std::string& c
   if (!id.ok() && (absl::IsNotFound(id.status()) || absl::IsInvalidArgument(id.status()))) {
     return absl::InvalidArgumentError(absl::StrCat("--cgroup ", id.status().message()));
   }
+  return id;
+}
+
+// The BPF sandbox lookup reads the ancestors at levels 1 ..
+// EGR_MAX_CGROUP_DEPTH-1: a registration deeper would look enforced and
+// never be found.
+absl::Status CheckSandboxDepth(const std::string& cgroup2_mount, const std::string& dir) {
+  EGR_ASSIGN_OR_RETURN(int level, CgroupLevel(cgroup2_mount, dir));
+  constexpr int kDeepest = EGR_MAX_CGROUP_DEPTH - 1;
+  if (level > kDeepest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cgroup ", dir, " is at level ", level, " of the cgroup tree; egressd's sandbox lookup walks levels 1 to ",
+        kDeepest, " (EGR_MAX_CGROUP_DEPTH ", EGR_MAX_CGROUP_DEPTH,
+        ", the root is level 0), so it would not be enforced: register a cgroup at level ", kDeepest,
+        " or above"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> RegistrableCgroupId(const Paths& paths, const std::string& cgroup) {
+  EGR_ASSIGN_OR_RETURN(uint64_t id, LoadedCgroupId(paths, cgroup));
+  EGR_ASSIGN_OR_RETURN(std::string cg2, FindCgroup2Mount());
+  EGR_RETURN_IF_ERROR(CheckSandboxDepth(cg2, cgroup));
   return id;
 }
 
@@ -45,7 +71,7 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
   if (auto labels = ParseLabels(sandbox); !labels.ok()) return Report(labels.status());
   PrintWarnings(*policy);
   if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
-  auto id = LoadedCgroupId(paths, cgroup);
+  auto id = RegistrableCgroupId(paths, cgroup);
   if (!id.ok()) return Report(id.status());
   if (auto s = CheckSocketContainment(paths, flags.require_socket_containment); !s.ok()) return Report(s);
   auto spec = MakeSandboxSpec(sandbox, cgroup, *id, "");
@@ -60,7 +86,7 @@ int CmdSandboxRemove(const Paths& paths, const std::string& cgroup) {
 }
 
 int CmdSandboxContain(const Paths& paths, const std::string& cgroup) {
-  auto id = LoadedCgroupId(paths, cgroup);
+  auto id = RegistrableCgroupId(paths, cgroup);
   if (!id.ok()) return Report(id.status());
   return Report(control::Registry(paths).Contain(*id));
 }

@@ -7,11 +7,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/node.h"
 #include "userspace/common/unique_fd.h"
@@ -120,6 +123,25 @@ absl::StatusOr<bool> CgroupExists(uint64_t cgroup_id) {
   if (cg.valid()) return true;
   if (errno == ESTALE || errno == ENOENT) return false;
   return ErrnoStatus(errno, absl::StrCat("open_by_handle_at cgroup ", cgroup_id));
+}
+
+absl::StatusOr<int> CgroupLevel(const std::string& cgroup2_mount, const std::string& dir) {
+  char real_dir[PATH_MAX], real_mount[PATH_MAX];
+  if (realpath(dir.c_str(), real_dir) == nullptr) return ErrnoStatus(errno, absl::StrCat("resolve cgroup ", dir));
+  if (realpath(cgroup2_mount.c_str(), real_mount) == nullptr) {
+    return ErrnoStatus(errno, absl::StrCat("resolve the cgroup2 mount ", cgroup2_mount));
+  }
+  std::string mount = real_mount, path = real_dir;
+  if (mount == "/") mount.clear();
+  if (path.compare(0, mount.size(), mount) != 0 || (path.size() > mount.size() && path[mount.size()] != '/')) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", dir, "\" is not below the cgroup2 mount ", cgroup2_mount));
+  }
+  int level = 0;
+  for (const auto& part : absl::StrSplit(path.substr(mount.size()), '/', absl::SkipEmpty())) {
+    (void)part;
+    ++level;
+  }
+  return level;
 }
 
 }  // namespace egressd

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace egressd {
@@ -22,5 +23,9 @@ absl::Status KillAndRemoveCgroup(const std::string& dir,
 // cgroup2 mount: a removed cgroup's handle is stale).  Errors other than
 // "stale" are returned, so a caller can stay on the safe side.
 absl::StatusOr<bool> CgroupExists(uint64_t cgroup_id);
+
+// The cgroup's level in the cgroup2 tree mounted at cgroup2_mount (the root
+// is level 0): how many directories below the mount its real path lies.
+absl::StatusOr<int> CgroupLevel(const std::string& cgroup2_mount, const std::string& dir);
 
 }  // namespace egressd
