@@ -85,6 +85,21 @@ absl::Status WriteConfig(const Paths& paths, bool socket_containment) {
   } else {
     cfg.flags |= EGR_CONFIG_NO_SOCKET_CONTAINMENT;
   }
+  EGR_ASSIGN_OR_RETURN(uint64_t cookie, NetnsCookieOf(paths.node_netns));
+  if (bpf_map_lookup_elem(maps.config(), &zero, &cfg) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("read ", EGR_MAP_CONFIG));
+  }
+  // The node netns is pinned by the first load.  A reload that names another
+  // would silently move whose loopback counts as the node's: refused before
+  // any program changes.
+  if (cfg.node_netns_cookie != 0) {
+    if (cfg.node_netns_cookie == cookie) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the node netns ", paths.node_netns, " (netns cookie ", cookie, ") is not the one this instance ",
+        "was loaded with (netns cookie ", cfg.node_netns_cookie, ", pinned in ", paths.pin_root, "/",
+        EGR_MAP_CONFIG, "); set EGRESSD_NODE_NETNS or --node-netns to that namespace, or unload first"));
+  }
+  cfg.node_netns_cookie = cookie;
   if (bpf_map_update_elem(maps.config(), &zero, &cfg, BPF_ANY) != 0) {
     return ErrnoStatus(errno, absl::StrCat("update ", EGR_MAP_CONFIG));
   }

@@ -100,6 +100,10 @@ int main(int argc, char** argv) {
   auto* runtime_dir = app.add_option("--runtime-dir", paths.runtime_dir,
                                      "Runtime state of this instance (lock, sandbox records); default "
                                      "/run/egressd, or /run/egressd/instances/<pin root> for another pin root");
+  app.add_option("--node-netns", paths.node_netns,
+                 "The node's network namespace, whose loopback the policy governs (EGRESSD_NODE_NETNS); "
+                 "fixed by the first load, a load naming another is refused")
+      ->capture_default_str();
   app.add_flag("-v,--verbose", verbosity, "More logging (-vv: debug)");
 
   auto* load = app.add_subcommand("load", "Load and attach the programs (idempotent; upgrades in place)");

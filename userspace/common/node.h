@@ -17,10 +17,12 @@ struct Paths {
   // daemon's socket): /run/egressd for the default pin root, a directory of
   // its own below /run/egressd/instances for any other.
   std::string runtime_dir = "/run/egressd";
-  // Whose loopback the policy governs: the netns egressd is first loaded
-  // from (the node's: the daemon runs with hostNetwork).  EGRESSD_NODE_NETNS
-  // overrides it.
-  std::string node_netns = "/proc/self/ns/net";
+  // Whose loopback the policy governs: the node's, which is configuration
+  // (EGRESSD_NODE_NETNS, --node-netns), by default the init process's.  Never
+  // the loader's own: a loader started in a pod would make the node's
+  // loopback a pod's.  The first load pins it; a load naming another
+  // namespace is refused.
+  std::string node_netns = "/proc/1/ns/net";
 
   // Defaults, overridden by EGRESSD_PIN_ROOT / EGRESSD_RUNTIME_DIR /
   // EGRESSD_NODE_NETNS (tests run isolated instances side by side with
