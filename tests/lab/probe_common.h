@@ -117,6 +117,10 @@ void OpVsockConnect(const Op& op);
 void OpUnixListen(const Op& op);
 void OpUnixConnect(const Op& op);
 void OpViaDev(const Op& op);
+void OpMptcp(const Op& op);
+void OpMptcpServe(const Op& op);
+void OpScmGive(const Op& op);
+void OpScmConnect(const Op& op);
 
 void OpWriteFile(const Op& op);
 void OpUnlink(const Op& op);

@@ -56,6 +56,12 @@ Network operations:
                                 interface IF; MODE: bindtodevice (SO_BINDTODEVICE),
                                 unicast-if (IP_UNICAST_IF/IPV6_UNICAST_IF) or pktinfo
                                 (IP_PKTINFO/IPV6_PKTINFO cmsg, UDP only)
+  mptcp ADDR PORT [--hold-ms N] [--until-subflow]
+                                MPTCP connect + echo, echoing on for N ms (or until the
+                                path manager created a subflow): "subflows" it created
+  mptcp-serve PORT              MPTCP echo server on 0.0.0.0:PORT ({"state":"listening"})
+  scm-give PATH                 offer a fresh TCP socket over SCM_RIGHTS on unix PATH
+  scm-connect PATH ADDR PORT    receive a socket from PATH, connect it to ADDR PORT, echo
   hold ADDR PORT [--interval-ms N] [--count K] [--timeout-ms T]
                                 one TCP connection; line "round":0 for the connect, then
                                 every N ms send "round i" and expect its echo (K rounds);
@@ -121,6 +127,10 @@ const std::vector<OpSpec>& Specs() {
       {"so-mark", {A::kInt, A::kAddr, A::kPort}, OpSoMark},
       {"mapped6", {A::kAddr4, A::kPort}, OpMapped6},
       {"via-dev", {A::kText, A::kAddr, A::kPort, A::kText}, OpViaDev},
+      {"mptcp", {A::kAddr, A::kPort}, OpMptcp},
+      {"mptcp-serve", {A::kPort}, OpMptcpServe},
+      {"scm-give", {A::kText}, OpScmGive},
+      {"scm-connect", {A::kText, A::kAddr, A::kPort}, OpScmConnect},
       {"hold", {A::kAddr, A::kPort}, OpHold},
       {"packet-udp", {A::kAddr4, A::kPort, A::kText}, OpPacketUdp},
       {"packet-sniff", {A::kAddr4, A::kPort}, OpPacketSniff},
@@ -149,6 +159,8 @@ const std::set<std::string> kValueOpts = {"timeout-ms", "wait-ms", "payload", "i
 const std::set<std::string> kIntOpts = {"timeout-ms", "wait-ms", "interval-ms", "count",
                                         "connect-timeout-ms", "rh-type", "hold-ms", "type"};
 const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create", "dgram"};
+                                        "connect-timeout-ms", "rh-type", "hold-ms"};
+const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create", "until-subflow"};
 
 struct UsageError {
   std::string msg;

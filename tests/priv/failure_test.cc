@@ -67,6 +67,9 @@ class Instance {
     spec.argv = {BinaryPath("egressctl"), "--pin-root", pins_, "--runtime-dir", runtime_};
     spec.argv.insert(spec.argv.end(), args.begin(), args.end());
     spec.env = std::move(env);
+    // The lab's node, as the shared instance has it (the default, the init
+    // process's netns, may not be readable where the tests run).
+    spec.env.emplace("EGRESSD_NODE_NETNS", Shared().lab().node_netns());
     spec.timeout = milliseconds(static_cast<int>(30000 * TimeScale()));
     return lab::Run(spec);
   }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,91 @@ TEST_F(Misjudged, PodLoopbackForcedOntoTheLinkNeverReachesTheNode) {
   EXPECT_EQ(node_lo.udp_datagrams(), 1u) << "the node's 127.0.0.1 got a sandbox's datagram: " << r.Describe();
   EXPECT_EQ(node_lo.tcp_accepts(), 1u) << "the node's 127.0.0.1 accepted a sandbox's connection: "
                                         << r.Describe();
+}
+
+// ---- item 2: connections the kernel opens, sockets that change hands ---------------
+// An allowed MPTCP server announces a denied address (ADD_ADDR); the pod's
+// path manager, in a kernel worker, opens a subflow there.  connect4 saw no
+// sandbox (the caller is the worker) and the backstop took the record-less
+// TCP socket for an inbound one.
+TEST_F(Misjudged, MptcpSubflowToAnAnnouncedDeniedAddressNeverOpens) {
+  auto ip = [&](const std::string& netns_name, const std::string& args) {
+    RunSpec s;
+    s.argv = {"sh", "-c", "ip -n " + netns_name + " mptcp " + args};
+    return lab::Run(s);
+  };
+  ASSERT_EQ(*GetSysctl(lab().client_netns(), "net.mptcp.enabled"), "1");
+  ASSERT_EQ(ip(lab().world_netns_name(), absl::StrCat("endpoint add ", kPublicB4, " signal")).exit_code, 0);
+  ASSERT_EQ(ip(lab().world_netns_name(), "limits set subflows 2 add_addr_accepted 0").exit_code, 0);
+  ASSERT_EQ(ip(lab().client_netns_name(), "limits set subflows 2 add_addr_accepted 2").exit_code, 0);
+  struct Restore {
+    std::function<void()> fn;
+    ~Restore() { fn(); }
+  } restore{[&] {
+    ip(lab().world_netns_name(), "endpoint flush");
+    ip(lab().client_netns_name(), "limits set subflows 0 add_addr_accepted 0");
+  }};
+  RunSpec serve;
+  serve.argv = {BinaryPath("egressd-probe"), "mptcp-serve", "9000"};
+  serve.netns = lab().world_netns();
+  auto server = lab::Start(serve);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto ready = server->ReadOutLine(std::chrono::milliseconds(int(5000 * TimeScale())));
+  ASSERT_TRUE(ready && absl::StrContains(*ready, "listening")) << server->err();
+
+  // Positive control, outside any sandbox: the path manager joins the
+  // announced address.
+  auto control = ProbeAt(lab().client_netns(), "", {"mptcp", kPublicA4, "9000", "--hold-ms", "5000", "--until-subflow"});
+  ASSERT_EQ(control.size(), 1u) << last_;
+  ASSERT_EQ(control[0]["subflows"], "1") << "no subflow here, the test proves nothing: " << last_;
+  ASSERT_TRUE(lab().Drain().ok());
+  ASSERT_GE(lab().FlowsOpenedTo(kPublicB4), 1u) << lab().CountersSummary();
+  lab().ResetCounters();
+
+  RunResult r = Shared().RunSandboxed({"--egress", kPublicA4},
+                                      {"mptcp", kPublicA4, "9000", "--hold-ms", "1500"});
+  auto lines = Lines(r);
+  ASSERT_EQ(lines.size(), 1u) << r.Describe();
+  EXPECT_EQ(lines[0]["echo"], "true") << "the allowed server works: " << r.Describe();
+  // The path manager tried (MPTCP_INFO counts it); the lab host decides.
+  EXPECT_EQ(lines[0]["subflows"], "1") << "the attack did not run: " << r.Describe();
+  ASSERT_TRUE(lab().Drain().ok());
+  EXPECT_EQ(lab().FlowsOpenedTo(kPublicB4), 0u) << "a subflow opened to the denied address\n"
+                                                << lab().CountersSummary() << "\n" << r.Describe();
+  EXPECT_GE(lab().FlowsOpenedTo(kPublicA4), 1u) << lab().CountersSummary();
+}
+
+// A socket made outside the sandbox and passed in over SCM_RIGHTS is judged
+// by the sandbox's policy when the sandbox connects it; a socket made inside
+// and passed out never opens a connection the sandbox did not connect: the
+// backstop refuses its SYN, whoever called connect().
+TEST_F(Misjudged, SocketsPassedOverScmRightsAreJudgedByTheSandbox) {
+  auto cg = lab().MakeCgroup("scm");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  ASSERT_EQ(Shared().Ctl({"sandbox", "add", "--cgroup", *cg, "--egress", kPublicA4}).exit_code, 0);
+  const std::string path = "/tmp/egl-" + lab().id() + "-scm.sock";
+  // give: in `giver_cg`; connect: in `taker_cg`, to addr.
+  auto pass = [&](const std::string& giver_cg, const std::string& taker_cg, const char* addr) {
+    auto giver = lab().StartProbe({"scm-give", path}, giver_cg);
+    EXPECT_TRUE(giver.ok()) << giver.status();
+    if (!giver.ok()) return ProbeLine{};
+    auto ready = giver->ReadOutLine(std::chrono::milliseconds(int(5000 * TimeScale())));
+    EXPECT_TRUE(ready && absl::StrContains(*ready, "listening")) << giver->err();
+    auto lines = ProbeAt(lab().client_netns(), taker_cg,
+                         {"scm-connect", path, addr, "80", "--timeout-ms", "1000"});
+    giver->Wait();
+    unlink(path.c_str());
+    return lines.size() == 1 ? lines[0] : ProbeLine{};
+  };
+  // Into the sandbox.
+  EXPECT_EQ(pass("", *cg, kPublicB4)["errno"], "EPERM") << last_;
+  EXPECT_EQ(pass("", *cg, kPublicA4)["result"], "ok") << last_;
+  // Out of the sandbox.
+  EXPECT_NE(pass(*cg, "", kPublicB4)["result"], "ok") << last_;
+  ASSERT_TRUE(lab().Drain().ok());
+  EXPECT_EQ(lab().FlowsOpenedTo(kPublicB4), 0u) << lab().CountersSummary();
+  EXPECT_EQ(lab().TcpAccepts(kPublicA4, 80), 1u) << lab().CountersSummary();
+  EXPECT_EQ(Shared().Ctl({"sandbox", "remove", "--cgroup", *cg}).exit_code, 0);
 }
 
 // ---- item 3: registrations deeper than the sandbox lookup's walk -------------------
