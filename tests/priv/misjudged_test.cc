@@ -102,6 +102,7 @@ TEST_F(Misjudged, PodLoopbackForcedOntoTheLinkNeverReachesTheNode) {
   // The bound-interface forms are refused at connect/sendmsg (EPERM); the
   // cmsg form only the backstop sees, which refuses it (EPERM from sendmsg).
   EXPECT_EQ(lines[0]["errno"], "EPERM") << r.Describe();
+  EXPECT_EQ(lines[1]["errno"], "EPERM") << r.Describe();
   EXPECT_EQ(lines[2]["errno"], "EPERM") << r.Describe();
   EXPECT_EQ(lines[3]["errno"], "EPERM") << r.Describe();
   EXPECT_NE(lines[4]["result"], "ok") << r.Describe();
