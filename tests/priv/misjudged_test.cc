@@ -129,9 +129,13 @@ TEST_F(Misjudged, MptcpSubflowToAnAnnouncedDeniedAddressNeverOpens) {
     return lab::Run(s);
   };
   ASSERT_EQ(*GetSysctl(lab().client_netns(), "net.mptcp.enabled"), "1");
-  ASSERT_EQ(ip(lab().world_netns_name(), absl::StrCat("endpoint add ", kPublicB4, " signal")).exit_code, 0);
-  ASSERT_EQ(ip(lab().world_netns_name(), "limits set subflows 2 add_addr_accepted 0").exit_code, 0);
-  ASSERT_EQ(ip(lab().client_netns_name(), "limits set subflows 2 add_addr_accepted 2").exit_code, 0);
+  for (const auto& [ns, args] : std::vector<std::pair<std::string, std::string>>{
+           {lab().world_netns_name(), absl::StrCat("endpoint add ", kPublicB4, " signal")},
+           {lab().world_netns_name(), "limits set subflows 2 add_addr_accepted 0"},
+           {lab().client_netns_name(), "limits set subflows 2 add_addr_accepted 2"}}) {
+    RunResult r = ip(ns, args);
+    ASSERT_EQ(r.exit_code, 0) << "configure the path manager: " << r.Describe();
+  }
   struct Restore {
     std::function<void()> fn;
     ~Restore() { fn(); }
@@ -262,7 +266,9 @@ TEST_F(Misjudged, NodeNetnsIsTheInitProcessesNotTheFirstLoadersAndIsPinned) {
   const InstanceDirs dirs = Shared().Other("nodens");
   RunSpec load;
   load.argv = {"unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
-               "nsenter --net=\"$0\" env -u EGRESSD_NODE_NETNS \"$1\" --pin-root \"$2\" --runtime-dir \"$3\" load",
+               // Not the last command, so no shell execs it as PID 1 in its place.
+               "nsenter --net=\"$0\" env -u EGRESSD_NODE_NETNS \"$1\" --pin-root \"$2\" --runtime-dir \"$3\" load; "
+               "exit $?",
                lab().client_netns(), BinaryPath("egressctl"), dirs.pin_root, dirs.runtime_dir};
   load.netns = lab().node_netns();  // the PID namespace's init (sh) lives here
   load.timeout = std::chrono::milliseconds(int(30000 * TimeScale()));
