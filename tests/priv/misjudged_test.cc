@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "egressd_env.h"
 #include "loopback_listener.h"
 
@@ -124,8 +125,9 @@ TEST_F(Misjudged, PodLoopbackForcedOntoTheLinkNeverReachesTheNode) {
 // TCP socket for an inbound one.
 TEST_F(Misjudged, MptcpSubflowToAnAnnouncedDeniedAddressNeverOpens) {
   auto ip = [&](const std::string& netns_name, const std::string& args) {
-    RunSpec s;
-    s.argv = {"sh", "-c", "ip -n " + netns_name + " mptcp " + args};
+    RunSpec s;  // iproute2's ip, not a shell's (busybox sh would run its own applet)
+    s.argv = {"ip", "-n", netns_name, "mptcp"};
+    for (absl::string_view a : absl::StrSplit(args, ' ')) s.argv.emplace_back(a);
     return lab::Run(s);
   };
   ASSERT_EQ(*GetSysctl(lab().client_netns(), "net.mptcp.enabled"), "1");
