@@ -83,11 +83,12 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 	 * device (SO_BINDTODEVICE, IP_UNICAST_IF, an IP_PKTINFO ifindex) it
 	 * leaves on the link, where a next hop with route_localnet=1 answers
 	 * on its own 127.0.0.1.  The device is judged here, not at the hooks,
-	 * because a cmsg ifindex never reaches sendmsg programs. */
-	if (egr_addr_is_loopback(&p.dst) && !p.nsegments) {
+	 * because a cmsg ifindex never reaches sendmsg programs.  (A header
+	 * addressed to :: itself is judged by the policy as loopback below.) */
+	if (egr_addr_is_loopback(&p.dst) && !p.nsegments && !unspecified) {
 		if (skb->ifindex != EGR_LOOPBACK_IFINDEX)
 			return egr_deny(pol, EGR_REASON_LOOPBACK_LEAVES);
-		if (st && (st->flags & EGR_SOCK_FOREIGN_NETNS) && !unspecified)
+		if (st && (st->flags & EGR_SOCK_FOREIGN_NETNS))
 			return egr_decide(EGR_PASS, EGR_REASON_OWN_LOOPBACK);
 	}
 
