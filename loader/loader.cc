@@ -73,18 +73,6 @@ absl::Status WriteConfig(const Paths& paths, bool socket_containment) {
   EGR_ASSIGN_OR_RETURN(auto maps, maps::PinnedMaps::Open(paths.pin_root));
   uint32_t zero = 0;
   egr_config_val cfg{};
-  // The node netns is decided once, by the first load; a reload (perhaps run
-  // from elsewhere) keeps it.  Whether the LSM hooks are in force is this
-  // load's finding.
-  if (bpf_map_lookup_elem(maps.config(), &zero, &cfg) != 0 || cfg.node_netns_cookie == 0) {
-    EGR_ASSIGN_OR_RETURN(uint64_t cookie, NetnsCookieOf(paths.node_netns));
-    cfg.node_netns_cookie = cookie;
-  }
-  if (socket_containment) {
-    cfg.flags &= ~uint32_t{EGR_CONFIG_NO_SOCKET_CONTAINMENT};
-  } else {
-    cfg.flags |= EGR_CONFIG_NO_SOCKET_CONTAINMENT;
-  }
   EGR_ASSIGN_OR_RETURN(uint64_t cookie, NetnsCookieOf(paths.node_netns));
   if (bpf_map_lookup_elem(maps.config(), &zero, &cfg) != 0) {
     return ErrnoStatus(errno, absl::StrCat("read ", EGR_MAP_CONFIG));
@@ -92,14 +80,19 @@ absl::Status WriteConfig(const Paths& paths, bool socket_containment) {
   // The node netns is pinned by the first load.  A reload that names another
   // would silently move whose loopback counts as the node's: refused before
   // any program changes.
-  if (cfg.node_netns_cookie != 0) {
-    if (cfg.node_netns_cookie == cookie) return absl::OkStatus();
+  if (cfg.node_netns_cookie != 0 && cfg.node_netns_cookie != cookie) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the node netns ", paths.node_netns, " (netns cookie ", cookie, ") is not the one this instance ",
         "was loaded with (netns cookie ", cfg.node_netns_cookie, ", pinned in ", paths.pin_root, "/",
         EGR_MAP_CONFIG, "); set EGRESSD_NODE_NETNS or --node-netns to that namespace, or unload first"));
   }
   cfg.node_netns_cookie = cookie;
+  // Whether the LSM hooks are in force is this load's finding.
+  if (socket_containment) {
+    cfg.flags &= ~uint32_t{EGR_CONFIG_NO_SOCKET_CONTAINMENT};
+  } else {
+    cfg.flags |= EGR_CONFIG_NO_SOCKET_CONTAINMENT;
+  }
   if (bpf_map_update_elem(maps.config(), &zero, &cfg, BPF_ANY) != 0) {
     return ErrnoStatus(errno, absl::StrCat("update ", EGR_MAP_CONFIG));
   }

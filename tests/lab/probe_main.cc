@@ -158,9 +158,8 @@ const std::set<std::string> kValueOpts = {"timeout-ms", "wait-ms", "payload", "i
                                           "api", "source", "hold-ms", "via", "ifname", "type"};
 const std::set<std::string> kIntOpts = {"timeout-ms", "wait-ms", "interval-ms", "count",
                                         "connect-timeout-ms", "rh-type", "hold-ms", "type"};
-const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create", "dgram"};
-                                        "connect-timeout-ms", "rh-type", "hold-ms"};
-const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create", "until-subflow"};
+const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create", "dgram",
+                                      "until-subflow"};
 
 struct UsageError {
   std::string msg;
