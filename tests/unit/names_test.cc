@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <string>
 
 #include "userspace/policy/idn.h"
@@ -154,7 +156,13 @@ TEST(PublicSuffixList, MissingFileIsAnError) {
 // Debian's list, when the publicsuffix package is installed (install-deps).
 TEST(PublicSuffixList, DebianListKnowsGithubIo) {
   auto psl = PublicSuffixList::Load(std::string(PublicSuffixList::kDebianPath));
-  if (!psl.ok()) GTEST_SKIP() << psl.status();
+  if (!psl.ok()) {
+    // scripts/test.sh (REQUIRE_BPF=1) installs the package: there a missing
+    // list is a broken setup, not a reason to skip.
+    const char* req = std::getenv("REQUIRE_BPF");
+    if (req != nullptr && std::string(req) == "1") FAIL() << psl.status();
+    GTEST_SKIP() << psl.status();
+  }
   EXPECT_TRUE(psl->IsPublicSuffix("github.io"));
   EXPECT_TRUE(psl->IsPublicSuffix("co.uk"));
   EXPECT_FALSE(psl->IsPublicSuffix("example.com"));
