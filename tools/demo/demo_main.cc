@@ -50,6 +50,10 @@ int main() {
     s.argv.insert(s.argv.end(), args.begin(), args.end());
     s.netns = in_pod ? (*lab)->client_netns() : (*lab)->node_netns();
     s.env["EGRESSD_NODE_NETNS"] = (*lab)->node_netns();
+    // The probe the sandboxes run lives in the build tree, which may lie
+    // under /tmp (hidden by the sandbox's private /tmp): carried in read-only.
+    const std::string probe = BinaryPath("egressd-probe");
+    s.env["EGRESSD_RUN_READABLE"] = probe.substr(0, probe.rfind('/'));
     s.timeout = std::chrono::milliseconds(20000);
     return Run(s);
   };

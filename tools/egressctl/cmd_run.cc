@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "userspace/common/node.h"
 #include "loader/loader.h"
 #include "userspace/common/instance_lock.h"
@@ -86,6 +87,18 @@ absl::Status ResolveWritable(const RunFlags& run, sandbox::IsolationSpec& spec) 
     auto dir = sandbox::CheckWritableDir(w, hidden);
     if (!dir.ok()) return absl::InvalidArgumentError(absl::StrCat("--writable ", dir.status().message()));
     spec.view.writable.push_back(*dir);
+  }
+  // The same rules as --writable (what would show a hidden directory is refused).
+  // EGRESSD_RUN_READABLE (colon-separated) adds to --readable: the test suite
+  // sets it to its build tree, which may lie under /tmp.
+  std::vector<std::string> readable = run.readable;
+  if (const char* env = std::getenv("EGRESSD_RUN_READABLE"); env != nullptr && *env != '\0') {
+    for (absl::string_view d : absl::StrSplit(env, ':', absl::SkipEmpty())) readable.emplace_back(d);
+  }
+  for (const auto& r : readable) {
+    auto dir = sandbox::CheckWritableDir(r, hidden);
+    if (!dir.ok()) return absl::InvalidArgumentError(absl::StrCat("--readable ", dir.status().message()));
+    spec.view.readable.push_back(*dir);
   }
   return absl::OkStatus();
 }

@@ -58,6 +58,7 @@ struct RunFlags {
   bool host_root = false;             // --host-root: the node's uid 0 (with CAP_NET_RAW)
   std::string workdir;                // --workdir; empty: the current directory
   std::vector<std::string> writable;  // --writable
+  std::vector<std::string> readable;  // --readable
 };
 
 int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox, const RunFlags& run,

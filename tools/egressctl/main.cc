@@ -152,6 +152,12 @@ int main(int argc, char** argv) {
                 "code that should not be root of the node");
   run->add_option("--workdir", run_as.workdir,
                   "The directory the command starts in and may write (default: the current one)");
+  run->add_option("--readable", run_as.readable,
+                  "A directory carried in read-only even where the private /tmp, /run or /dev/shm would "
+                  "hide it (repeatable)")
+      ->type_size(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   run->add_option("--writable", run_as.writable,
                   "Another directory the command may write (repeatable); whatever reads it outside "
                   "the sandbox reads what the sandbox put there")

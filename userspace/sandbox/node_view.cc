@@ -155,6 +155,13 @@ absl::Status SetUpNodeView(const NodeView& view) {
     EGR_RETURN_IF_ERROR(SetAttr(fd.get(), "", AT_EMPTY_PATH, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "nosuid " + dir));
     writable.push_back(std::move(fd));
   }
+  std::vector<UniqueFd> readable;
+  for (const auto& dir : view.readable) {
+    EGR_ASSIGN_OR_RETURN(UniqueFd fd, CloneMount(dir));
+    EGR_RETURN_IF_ERROR(SetAttr(fd.get(), "", AT_EMPTY_PATH, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                                "read-only " + dir));
+    readable.push_back(std::move(fd));
+  }
   // Where /etc/resolv.conf lives under /run or /tmp (systemd-resolved's stub
   // file), the private tmpfs would hide it: it comes along, read-only.
   const std::string resolv = Canonical("/etc/resolv.conf");
@@ -185,6 +192,9 @@ absl::Status SetUpNodeView(const NodeView& view) {
   if (mount("proc", "/proc", "proc", kNoExecFlags, nullptr) != 0) return ErrnoStatus(errno, "mount /proc");
   EGR_RETURN_IF_ERROR(ReadOnlyProcKnobs());
 
+  for (size_t i = 0; i < readable.size(); ++i) {
+    EGR_RETURN_IF_ERROR(Attach(readable[i], view.readable[i], /*is_dir=*/true));
+  }
   for (size_t i = 0; i < writable.size(); ++i) {
     EGR_RETURN_IF_ERROR(Attach(writable[i], view.writable[i], /*is_dir=*/true));
   }

@@ -25,6 +25,10 @@ struct NodeView {
   std::string cgroup2_mount;              // where cgroup2 is mounted on the node
   std::vector<std::string> hide_dirs;     // bpffs, pin root, runtime dir: empty tmpfs over each
   std::vector<std::string> writable;      // canonical directories that stay writable
+  // Canonical directories carried in read-only, even where a private tmpfs
+  // (/tmp, /run, /dev/shm) would hide the node's (--readable: e.g. a build
+  // tree under /tmp whose binaries the command runs).
+  std::vector<std::string> readable;
   uid_t run_owner = 0;                    // owner of the private /run (the command's node uid)
   gid_t run_group = 0;
 };
