@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <mutex>
 
+#include <nlohmann/json.hpp>
+
 namespace egressd::test {
 
 bool BpfRequired() {
@@ -219,6 +221,22 @@ bool SocketMadeAndSent(const lab::ProbeLine& l) {
 std::string Errno(const lab::ProbeLine& l) {
   auto it = l.find("errno");
   return it == l.end() ? "" : it->second;
+}
+
+std::map<std::string, uint32_t> LinkPrograms(const std::string& pins, const std::vector<std::string>& names) {
+  std::vector<std::string> links = names;
+  if (links.empty()) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(pins + "/links", ec)) links.push_back(e.path().filename());
+  }
+  std::map<std::string, uint32_t> out;
+  for (const auto& name : links) {
+    lab::RunSpec spec;
+    spec.argv = {"bpftool", "-j", "link", "show", "pinned", pins + "/links/" + name};
+    auto j = nlohmann::json::parse(lab::Run(spec).out, nullptr, false);
+    if (j.is_object()) out[name] = j.value("prog_id", 0u);
+  }
+  return out;
 }
 
 }  // namespace egressd::test

@@ -106,4 +106,9 @@ bool SocketMadeAndSent(const lab::ProbeLine& l);
       << (line)["stage"] << ", errno " << (line)["errno"] << "): " << (context)
 std::string Errno(const lab::ProbeLine& l);
 
+// The program id behind each pinned link under `pins`/links, by link name:
+// all of them, or only those in `names` (read with bpftool from the kernel).
+std::map<std::string, uint32_t> LinkPrograms(const std::string& pins,
+                                             const std::vector<std::string>& names = {});
+
 }  // namespace egressd::test

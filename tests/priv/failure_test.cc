@@ -84,18 +84,6 @@ class Instance {
   std::string pins_, runtime_;
 };
 
-// The program id behind each pinned link of an instance.
-std::map<std::string, uint32_t> LinkPrograms(const std::string& pins) {
-  std::map<std::string, uint32_t> out;
-  for (const auto& name : DirNames(pins + "/links")) {
-    RunSpec spec;
-    spec.argv = {"bpftool", "-j", "link", "show", "pinned", pins + "/links/" + name};
-    RunResult r = lab::Run(spec);
-    auto j = nlohmann::json::parse(r.out, nullptr, false);
-    if (j.is_object()) out[name] = j.value("prog_id", 0u);
-  }
-  return out;
-}
 
 void ExpectSystemFailure(const RunResult& r, const std::string& names) {
   EXPECT_EQ(r.exit_code, 1) << r.Describe();
