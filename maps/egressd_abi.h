@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define EGR_ABI_VERSION 1
+#define EGR_ABI_VERSION 2
 
 /* Map names (BPF object names are at most 15 characters). */
 #define EGR_MAP_CGROUPS "egr_cgroups_v1"
@@ -28,9 +28,11 @@
 #define EGR_MAP_PROT4 "egr_prot4_v1"
 #define EGR_MAP_PROT6 "egr_prot6_v1"
 #define EGR_MAP_RESOLVED "egr_resolved_v1"
-#define EGR_MAP_SOCK "egr_sock_v1"
+#define EGR_MAP_SOCK "egr_sock_v2"
 #define EGR_MAP_CONFIG "egr_config_v1"
-#define EGR_MAP_STATS "egr_stats_v1"
+#define EGR_MAP_STATS "egr_stats_v2"
+#define EGR_MAP_DNS "egr_dns_v1"
+#define EGR_MAP_DNSEP "egr_dnsep_v1"
 
 /* Capacities.  LPM tries and hashes are allocated on demand (no prealloc). */
 #define EGR_MAX_CGROUPS 65536
@@ -124,11 +126,13 @@ struct egr_resolved_val {
 	__u32 pad0;
 };
 
-/* ---- egr_sock_v1 (socket storage): what connect/sendmsg decided ---- */
+/* ---- egr_sock_v2 (socket storage): what connect/sendmsg decided ---- */
 enum egr_sock_flags {
 	EGR_SOCK_ACTIVE = 1 << 0,        /* went through connect()/sendmsg() */
 	EGR_SOCK_CONNECTED = 1 << 1,     /* addr/port were allowed at connect() */
 	EGR_SOCK_FOREIGN_NETNS = 1 << 2, /* socket lives outside the node netns */
+	EGR_SOCK_DNS_REDIRECTED = 1 << 3, /* a query of it was steered to the
+					   * sandbox's DNS endpoint (dns_orig) */
 };
 
 struct egr_sock_val {
@@ -138,6 +142,13 @@ struct egr_sock_val {
 	__u32 policy_id; /* policy that allowed it; a flip re-judges */
 	__u64 sandbox_id;
 	__u64 pad0;
+	/* EGR_SOCK_DNS_REDIRECTED: the address and port the sandbox asked
+	 * (its resolver), which recvmsg/getpeername show in place of the
+	 * endpoint's.  IPv4 as ::ffff:a.b.c.d. */
+	__u8 dns_orig[16];
+	__u16 dns_orig_port; /* network order */
+	__u16 pad1;
+	__u32 pad2;
 };
 
 /* ---- egr_config_v1 (array of 1): node-wide settings ---- */
@@ -154,7 +165,38 @@ struct egr_config_val {
 	__u32 pad0;
 };
 
-/* ---- egr_stats_v1 (per-CPU array): decision counters ---- */
+/* ---- egr_dns_v1: sandbox id -> the DNS proxy endpoint its queries go to ----
+ * Every query a sandbox sends to port 53 (any address) is steered here by the
+ * sock_addr programs before any address check.  Each sandbox has an endpoint
+ * of its own (a port, and an address the sandbox's netns routes to egressd),
+ * so the proxy knows the sandbox from the socket a query arrived on: the
+ * binding is made by the kernel, never read from anything the sandbox chose.
+ * No entry for a sandbox: its DNS is refused (fails closed). */
+struct egr_dns_val {
+	__u8 addr6[16]; /* IPv6 endpoint; all-zero: IPv6 queries are refused */
+	__u32 addr4;    /* IPv4 endpoint, network order; 0: IPv4 queries refused */
+	__u16 port;     /* network order, the same for both families */
+	__u16 flags;    /* reserved, 0 */
+};
+
+/* ---- egr_dnsep_v1: endpoint -> the sandbox it serves ----
+ * What the backstop and the sock_addr programs consult so that nothing reaches
+ * an endpoint except through the redirect of its own sandbox (a direct
+ * connect, a raw packet, another sandbox's endpoint). */
+struct egr_dnsep_key {
+	__u8 addr[16]; /* IPv4 as ::ffff:a.b.c.d */
+	__u16 port;    /* network order */
+	__u16 pad0;
+	__u32 pad1;
+};
+
+struct egr_dnsep_val {
+	__u64 sandbox_id;
+};
+
+#define EGR_MAX_DNS_ENDPOINTS EGR_MAX_CGROUPS
+
+/* ---- egr_stats_v2 (per-CPU array): decision counters ---- */
 enum egr_stat {
 	EGR_STAT_CONNECT_ALLOW = 0,
 	EGR_STAT_CONNECT_DENY,
@@ -163,6 +205,13 @@ enum egr_stat {
 	EGR_STAT_SKB_PASS,
 	EGR_STAT_SKB_DROP,
 	EGR_STAT_CONTAINED_DENY,
+	EGR_STAT_LSM_DENY,        /* socket family / packet send / unix peer refused */
+	EGR_STAT_SOCKOPT_DENY,    /* multicast join or SO_BROADCAST refused */
+	EGR_STAT_DNS_REDIRECT,    /* a query steered to the sandbox's endpoint */
+	EGR_STAT_DNS_DENY,        /* a query refused: no endpoint, or bypassing it */
+	EGR_STAT_EVENT_SUBMITTED, /* audit: records put on the ring */
+	EGR_STAT_EVENT_FOLDED,    /* audit: occurrences folded into a later record */
+	EGR_STAT_EVENT_LOST,      /* audit: occurrences neither recorded nor folded */
 	EGR_STAT_MAX,
 };
 

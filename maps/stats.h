@@ -1,4 +1,4 @@
-// egr_stats_v1: the programs' decision counters, summed over CPUs.
+// egr_stats_v2: the programs' decision counters, summed over CPUs.
 #pragma once
 
 #include <array>
@@ -24,6 +24,13 @@ inline constexpr EnumNames<egr_stat, EGR_STAT_MAX> kCounterNames{{{
     {EGR_STAT_SKB_PASS, "skb_pass"},
     {EGR_STAT_SKB_DROP, "skb_drop"},
     {EGR_STAT_CONTAINED_DENY, "contained_deny"},
+    {EGR_STAT_LSM_DENY, "lsm_deny"},
+    {EGR_STAT_SOCKOPT_DENY, "sockopt_deny"},
+    {EGR_STAT_DNS_REDIRECT, "dns_redirect"},
+    {EGR_STAT_DNS_DENY, "dns_deny"},
+    {EGR_STAT_EVENT_SUBMITTED, "event_submitted"},
+    {EGR_STAT_EVENT_FOLDED, "event_folded"},
+    {EGR_STAT_EVENT_LOST, "event_lost"},
 }}};
 static_assert(kCounterNames.Unique());
 

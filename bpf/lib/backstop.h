@@ -77,7 +77,7 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 	if (sk)
 		sk = bpf_sk_fullsock(sk);
 	if (sk)
-		st = bpf_sk_storage_get(&egr_sock_v1, sk, 0, 0);
+		st = bpf_sk_storage_get(&egr_sock_v2, sk, 0, 0);
 
 	/* Loopback stays in the namespace only on `lo`: bound to another
 	 * device (SO_BINDTODEVICE, IP_UNICAST_IF, an IP_PKTINFO ifindex) it

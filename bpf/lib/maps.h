@@ -76,7 +76,25 @@ struct {
 	__type(key, int);
 	__type(value, struct egr_sock_val);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_sock_v1 SEC(".maps");
+} egr_sock_v2 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_DNS_ENDPOINTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, struct egr_dns_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_v1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_DNS_ENDPOINTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct egr_dnsep_key);
+	__type(value, struct egr_dnsep_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dnsep_v1 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -92,11 +110,11 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_stats_v1 SEC(".maps");
+} egr_stats_v2 SEC(".maps");
 
 static __always_inline void egr_count(__u32 stat)
 {
-	__u64 *v = bpf_map_lookup_elem(&egr_stats_v1, &stat);
+	__u64 *v = bpf_map_lookup_elem(&egr_stats_v2, &stat);
 
 	if (v)
 		*v += 1; /* per-CPU slot: no atomics needed */

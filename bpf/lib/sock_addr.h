@@ -73,7 +73,7 @@ static __always_inline int egr_note_socket(struct bpf_sock_addr *ctx,
 
 	if (!sk)
 		return 0;
-	st = bpf_sk_storage_get(&egr_sock_v1, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	st = bpf_sk_storage_get(&egr_sock_v2, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st)
 		return 0;
 	switch (note) {

@@ -61,7 +61,14 @@ const std::vector<AbiStruct>& CxxLayouts() {
                  EGR_FIELD(egr_resolved_val, name_id), EGR_FIELD(egr_resolved_val, pad0)),
       EGR_STRUCT(egr_sock_val, EGR_FIELD(egr_sock_val, addr), EGR_FIELD(egr_sock_val, port),
                  EGR_FIELD(egr_sock_val, flags), EGR_FIELD(egr_sock_val, policy_id),
-                 EGR_FIELD(egr_sock_val, sandbox_id), EGR_FIELD(egr_sock_val, pad0)),
+                 EGR_FIELD(egr_sock_val, sandbox_id), EGR_FIELD(egr_sock_val, pad0),
+                 EGR_FIELD(egr_sock_val, dns_orig), EGR_FIELD(egr_sock_val, dns_orig_port),
+                 EGR_FIELD(egr_sock_val, pad1), EGR_FIELD(egr_sock_val, pad2)),
+      EGR_STRUCT(egr_dns_val, EGR_FIELD(egr_dns_val, addr6), EGR_FIELD(egr_dns_val, addr4),
+                 EGR_FIELD(egr_dns_val, port), EGR_FIELD(egr_dns_val, flags)),
+      EGR_STRUCT(egr_dnsep_key, EGR_FIELD(egr_dnsep_key, addr), EGR_FIELD(egr_dnsep_key, port),
+                 EGR_FIELD(egr_dnsep_key, pad0), EGR_FIELD(egr_dnsep_key, pad1)),
+      EGR_STRUCT(egr_dnsep_val, EGR_FIELD(egr_dnsep_val, sandbox_id)),
       EGR_STRUCT(egr_config_val, EGR_FIELD(egr_config_val, node_netns_cookie),
                  EGR_FIELD(egr_config_val, flags), EGR_FIELD(egr_config_val, pad0)),
   };
@@ -98,6 +105,9 @@ const std::vector<AbiMap>& AbiMaps() {
       EGR_MAP(EGR_MAP_SOCK, BPF_MAP_TYPE_SK_STORAGE, int, struct egr_sock_val, 0),
       EGR_MAP(EGR_MAP_CONFIG, BPF_MAP_TYPE_ARRAY, __u32, struct egr_config_val, 1),
       EGR_MAP(EGR_MAP_STATS, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, __u64, EGR_STAT_MAX),
+      EGR_MAP(EGR_MAP_DNS, BPF_MAP_TYPE_HASH, __u64, struct egr_dns_val, EGR_MAX_DNS_ENDPOINTS),
+      EGR_MAP(EGR_MAP_DNSEP, BPF_MAP_TYPE_HASH, struct egr_dnsep_key, struct egr_dnsep_val,
+              EGR_MAX_DNS_ENDPOINTS),
   };
   return maps;
 }
@@ -202,7 +212,7 @@ TEST(AbiBtf, ComparisonCatchesADifferentLayoutOfTheSameSize) {
   }
   ASSERT_NE(sock, nullptr);
   EXPECT_EQ(Differences(moved, *sock),
-            std::vector<std::string>{"struct egr_sock_val pad0 offset: BPF 36, C++ 32"});
+            std::vector<std::string>{"struct egr_sock_val pad2 offset: BPF 64, C++ 60"});
 }
 
 TEST(AbiBtf, MapsHoldTheAbiStructs) {

@@ -64,13 +64,32 @@ EGR_PIN_OFFSET(egr_resolved_val, expires_boot_ns, 0);
 EGR_PIN_OFFSET(egr_resolved_val, name_id, 8);
 EGR_PIN_OFFSET(egr_resolved_val, pad0, 12);
 
-EGR_PIN_SIZE(egr_sock_val, 40);
+EGR_PIN_SIZE(egr_sock_val, 64);
 EGR_PIN_OFFSET(egr_sock_val, addr, 0);
 EGR_PIN_OFFSET(egr_sock_val, port, 16);
 EGR_PIN_OFFSET(egr_sock_val, flags, 18);
 EGR_PIN_OFFSET(egr_sock_val, policy_id, 20);
 EGR_PIN_OFFSET(egr_sock_val, sandbox_id, 24);
 EGR_PIN_OFFSET(egr_sock_val, pad0, 32);
+EGR_PIN_OFFSET(egr_sock_val, dns_orig, 40);
+EGR_PIN_OFFSET(egr_sock_val, dns_orig_port, 56);
+EGR_PIN_OFFSET(egr_sock_val, pad1, 58);
+EGR_PIN_OFFSET(egr_sock_val, pad2, 60);
+
+EGR_PIN_SIZE(egr_dns_val, 24);
+EGR_PIN_OFFSET(egr_dns_val, addr6, 0);
+EGR_PIN_OFFSET(egr_dns_val, addr4, 16);
+EGR_PIN_OFFSET(egr_dns_val, port, 20);
+EGR_PIN_OFFSET(egr_dns_val, flags, 22);
+
+EGR_PIN_SIZE(egr_dnsep_key, 24);
+EGR_PIN_OFFSET(egr_dnsep_key, addr, 0);
+EGR_PIN_OFFSET(egr_dnsep_key, port, 16);
+EGR_PIN_OFFSET(egr_dnsep_key, pad0, 18);
+EGR_PIN_OFFSET(egr_dnsep_key, pad1, 20);
+
+EGR_PIN_SIZE(egr_dnsep_val, 8);
+EGR_PIN_OFFSET(egr_dnsep_val, sandbox_id, 0);
 
 EGR_PIN_SIZE(egr_config_val, 16);
 EGR_PIN_OFFSET(egr_config_val, node_netns_cookie, 0);
@@ -80,7 +99,7 @@ EGR_PIN_OFFSET(egr_config_val, pad0, 12);
 // Values stored in the __u8 fields of egr_policy_val: they must fit.
 static_assert(EGR_VERDICT_DENY == 0 && EGR_VERDICT_ALLOW == 1);
 static_assert(EGR_ACTION_REJECT == 0 && EGR_ACTION_DROP == 1);
-static_assert(EGR_ABI_VERSION >= 1);
+static_assert(EGR_ABI_VERSION >= 2);
 
 // BPF_OBJ_NAME_LEN is 16 including the terminating NUL.
 constexpr size_t kMaxMapName = 15;
