@@ -24,6 +24,10 @@ packages=(
   # against (nft -f), bench/run.sh's throughput row, its table (python3) and
   # plots; python3 also serves the differential test's listener
   nftables iperf3 gnuplot-nox python3
+  # egressctl run's seccomp fallback on a node without the bpf LSM
+  libseccomp-dev
+  # the containment tests' positive controls: raw-socket tools a pod runs
+  nmap tcpdump iputils-ping
 )
 
 missing=()

@@ -112,6 +112,7 @@ void OpSoBroadcast(const Op& op);
 void OpPacketUdp(const Op& op);
 void OpPacketSniff(const Op& op);
 void OpSocketFamily(const Op& op);
+void OpUringSocket(const Op& op);
 void OpXdpSocket(const Op& op);
 void OpVsockConnect(const Op& op);
 void OpUnixListen(const Op& op);

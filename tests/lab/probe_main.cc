@@ -79,7 +79,9 @@ Socket families (none pass the cgroup hooks; the BPF LSM judges them):
                                 (PACKET_TX_RING + send), sendfile, splice
   packet-sniff DST PORT         AF_PACKET receive socket, then a UDP datagram to DST:PORT;
                                 "captured": whether the packet socket saw it
-  socket-family N [--type T]    socket(N, T (default SOCK_RAW), 0)
+  socket-family N [--type T] [--pair]
+                                socket(N, T (default SOCK_RAW), 0); socketpair() with --pair
+  uring-socket N [--type T]     the same socket made by io_uring IORING_OP_SOCKET (no socket(2))
   xdp-socket | vsock-connect PORT   AF_XDP socket; AF_VSOCK connect to the local CID
   unix-listen NAME [--dgram]    abstract @NAME; "state":"listening", then a line per peer
   unix-connect NAME [--dgram]   connect + send (stream) or sendto (dgram) to @NAME
@@ -135,6 +137,7 @@ const std::vector<OpSpec>& Specs() {
       {"packet-udp", {A::kAddr4, A::kPort, A::kText}, OpPacketUdp},
       {"packet-sniff", {A::kAddr4, A::kPort}, OpPacketSniff},
       {"socket-family", {A::kInt}, OpSocketFamily},
+      {"uring-socket", {A::kInt}, OpUringSocket},
       {"xdp-socket", {}, OpXdpSocket},
       {"vsock-connect", {A::kPort}, OpVsockConnect},
       {"unix-listen", {A::kText}, OpUnixListen},
@@ -159,7 +162,7 @@ const std::set<std::string> kValueOpts = {"timeout-ms", "wait-ms", "payload", "i
 const std::set<std::string> kIntOpts = {"timeout-ms", "wait-ms", "interval-ms", "count",
                                         "connect-timeout-ms", "rh-type", "hold-ms", "type"};
 const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create", "dgram",
-                                      "until-subflow"};
+                                      "until-subflow", "pair"};
 
 struct UsageError {
   std::string msg;

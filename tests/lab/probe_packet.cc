@@ -280,8 +280,45 @@ void OpSocketFamily(const Op& op) {
   const int type = op.Int("type", SOCK_RAW);
   Json j(op.name);
   j.Int("family", family).Int("type", type);
+  if (op.Flag("pair")) {
+    int sv[2];
+    if (socketpair(family, type | SOCK_CLOEXEC, 0, sv) != 0) return j.Err(errno, "socketpair").Emit();
+    Fd a(sv[0]), b(sv[1]);
+    return j.Str("socket", "created").Ok().Emit();
+  }
   Fd fd(socket(family, type | SOCK_CLOEXEC, 0));
   if (!fd.ok()) return j.Err(errno, "socket").Emit();
+  j.Str("socket", "created").Ok().Emit();
+}
+
+// uring-socket N [--type T]: IORING_OP_SOCKET, a socket made by io_uring
+// without socket(2): a filter on the socket syscall alone never sees it.
+// "stage" io_uring_setup when the ring itself is refused.
+void OpUringSocket(const Op& op) {
+  const int family = std::stoi(op.pos[0]);
+  const int type = op.Int("type", SOCK_RAW);
+  Json j(op.name);
+  j.Int("family", family).Int("type", type);
+  io_uring ring;
+  if (int r = io_uring_queue_init(2, &ring, 0); r < 0) return j.Err(-r, "io_uring_setup").Emit();
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+  io_uring_prep_socket(sqe, family, type | SOCK_CLOEXEC, 0, 0);
+  int err = 0, made = -1;
+  if (int r = io_uring_submit(&ring); r < 0) {
+    err = -r;
+  } else {
+    io_uring_cqe* cqe = nullptr;
+    if (int w = io_uring_wait_cqe(&ring, &cqe); w < 0) {
+      err = -w;
+    } else {
+      if (cqe->res < 0) err = -cqe->res;
+      else made = cqe->res;
+      io_uring_cqe_seen(&ring, cqe);
+    }
+  }
+  io_uring_queue_exit(&ring);
+  if (err != 0) return j.Err(err, "uring-socket").Emit();
+  Fd fd(made);
   j.Str("socket", "created").Ok().Emit();
 }
 

@@ -205,13 +205,26 @@ TEST_F(Bypass, TcpFastOpenToDeniedAddressIsRefused) {
   EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(kPublicA4, 443) == 1; }));
 }
 
+// In a registered pod cgroup: pods keep io_uring everywhere, `egressctl run`
+// only where the bpf LSM is in force (its seccomp fallback refuses io_uring,
+// whose IORING_OP_SOCKET would make sockets the filter never sees).
 TEST_F(Bypass, IoUringConnectToDeniedAddressIsRefused) {
-  EXPECT_EQ(One({"uring-connect", kImds4, "80"})["cqe_res"], "-1") << last_;
-  EXPECT_EQ(One({"uring-connect", kImds6, "80"})["cqe_res"], "-1") << last_;
+  auto cg = lab().MakeCgroup("uring-pod");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  RunResult add = Shared().Ctl({"sandbox", "add", "--cgroup", *cg});
+  ASSERT_EQ(add.exit_code, 0) << add.Describe();
+  auto one = [&](const std::vector<std::string>& probe) {
+    RunResult r = lab().Probe(probe, *cg, /*hostile=*/true);
+    last_ = r.Describe();
+    return Only(r);
+  };
+  EXPECT_EQ(one({"uring-connect", kImds4, "80"})["cqe_res"], "-1") << last_;
+  EXPECT_EQ(one({"uring-connect", kImds6, "80"})["cqe_res"], "-1") << last_;
   ExpectNothingArrivedAt(kImds4);
   ExpectNothingArrivedAt(kImds6);
-  EXPECT_EQ(One({"uring-connect", kPublicA6, "443"})["cqe_res"], "0") << last_;
+  EXPECT_EQ(one({"uring-connect", kPublicA6, "443"})["cqe_res"], "0") << last_;
   EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(kPublicA6, 443) == 1; }));
+  EXPECT_EQ(Shared().Ctl({"sandbox", "remove", "--cgroup", *cg}).exit_code, 0);
 }
 
 TEST_F(Bypass, SoMarkGivesNoExemption) {

@@ -296,8 +296,10 @@ INSTANTIATE_TEST_SUITE_P(StreamAndDgram, AbstractUnix, testing::Bool(),
                          [](const auto& info) { return info.param ? "Dgram" : "Stream"; });
 
 // A node without the bpf LSM (the probe told so by a fault point): load
-// still loads the cgroup programs and says what is missing; a sandbox that
-// asks to be contained is refused, naming it.
+// still loads the cgroup programs and says what is missing; a registration
+// (which asks for enforcement) is refused naming it, exit 3, and changes
+// nothing, unless the operator opts out; `run` falls back to seccomp
+// (run_socket_fallback_test.cc), or refuses with --require-socket-containment.
 class NoLsm : public SocketContainment {
  protected:
   bool NeedsLsm() const override { return false; }
@@ -311,9 +313,18 @@ TEST_F(NoLsm, WithoutTheBpfLsmLoadWarnsAndContainedSandboxesAreRefused) {
     s.argv.insert(s.argv.end(), args.begin(), args.end());
     s.netns = lab().node_netns();
     s.env["EGRESSD_NODE_NETNS"] = lab().node_netns();
+    // Not the test environment's opt-out: this test asks for it itself.
+    s.env["EGRESSD_ACCEPT_UNCONTAINED_PACKET_SOCKETS"] = "";
     if (fault) s.env["EGRESSD_FAULT"] = "probe:bpf-lsm";
     s.timeout = std::chrono::milliseconds(static_cast<int>(30000 * TimeScale()));
     return lab::Run(s);
+  };
+  auto nothing_registered = [&] {
+    RunResult status = ctl({"status", "--json"}, false);
+    auto j = nlohmann::json::parse(status.out, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << status.Describe();
+    EXPECT_TRUE(j["cgroups"].is_array() && j["cgroups"].empty()) << "a map entry was written: " << status.out;
+    EXPECT_TRUE(j["records"].is_array() && j["records"].empty()) << "a sandbox record was written: " << status.out;
   };
   RunResult probe = ctl({"probe"}, true);
   EXPECT_EQ(probe.exit_code, 0) << probe.Describe();
@@ -322,19 +333,33 @@ TEST_F(NoLsm, WithoutTheBpfLsmLoadWarnsAndContainedSandboxesAreRefused) {
   ASSERT_EQ(load.exit_code, 0) << load.Describe();
   EXPECT_TRUE(absl::StrContains(load.out, "socket-family containment is MISSING")) << load.Describe();
   const std::string cg = Cgroup("nolsm");
-  RunResult add = ctl({"sandbox", "add", "--cgroup", cg, "--egress", kPublicA4, "--require-socket-containment"},
-                      false);
-  EXPECT_EQ(add.exit_code, 1) << add.Describe();
-  EXPECT_TRUE(absl::StrContains(add.err, "bpf LSM is not in force")) << add.Describe();
-  RunResult status = ctl({"status", "--json"}, false);
-  EXPECT_TRUE(absl::StrContains(status.out, "\"cgroups\": []")) << "nothing registered: " << status.out;
+  for (const std::vector<std::string>& strict :
+       {std::vector<std::string>{}, std::vector<std::string>{"--require-socket-containment"}}) {
+    std::vector<std::string> args = {"sandbox", "add", "--cgroup", cg, "--egress", kPublicA4};
+    args.insert(args.end(), strict.begin(), strict.end());
+    RunResult add = ctl(args, false);
+    EXPECT_EQ(add.exit_code, 3) << add.Describe();
+    EXPECT_TRUE(absl::StrContains(add.err, "bpf LSM is not in force")) << add.Describe();
+    EXPECT_TRUE(absl::StrContains(add.err, "nothing was changed")) << add.Describe();
+    nothing_registered();
+  }
+  RunResult both = ctl({"sandbox", "add", "--cgroup", cg, "--egress", kPublicA4, "--require-socket-containment",
+                        "--accept-uncontained-packet-sockets"},
+                       false);
+  EXPECT_EQ(both.exit_code, 2) << both.Describe();
   RunResult run = ctl({"run", "--egress", kPublicA4, "--require-socket-containment", "--", "true"}, false);
-  EXPECT_EQ(run.exit_code, 1) << run.Describe();
+  EXPECT_EQ(run.exit_code, 3) << run.Describe();
   EXPECT_TRUE(absl::StrContains(run.err, "socket-family containment is missing")) << run.Describe();
-  // Without the flag the registration goes ahead with the missing part named.
-  RunResult warned = ctl({"sandbox", "add", "--cgroup", cg, "--egress", kPublicA4}, false);
-  EXPECT_EQ(warned.exit_code, 0) << warned.Describe();
-  EXPECT_TRUE(absl::StrContains(warned.err, "WARNING: socket-family containment is missing")) << warned.Describe();
+  nothing_registered();
+  // The operator's opt-out: registered, with the missing part and its risk named.
+  RunResult accepted = ctl({"sandbox", "add", "--cgroup", cg, "--egress", kPublicA4,
+                            "--accept-uncontained-packet-sockets"},
+                           false);
+  EXPECT_EQ(accepted.exit_code, 0) << accepted.Describe();
+  EXPECT_TRUE(absl::StrContains(accepted.err, "WARNING: socket-family containment is missing")) << accepted.Describe();
+  EXPECT_TRUE(absl::StrContains(accepted.err, "packet sockets send frames no egressd hook judges")) << accepted.Describe();
+  RunResult listed = ctl({"status", "--json"}, false);
+  EXPECT_TRUE(absl::StrContains(listed.out, cg)) << listed.out;
   ctl({"sandbox", "remove", "--cgroup", cg}, false);
   if (!SocketContainmentInForce()) {
     ctl({"unload", "--force"}, false);
@@ -344,8 +369,7 @@ TEST_F(NoLsm, WithoutTheBpfLsmLoadWarnsAndContainedSandboxesAreRefused) {
   RunResult reload = ctl({"load"}, false);
   ASSERT_EQ(reload.exit_code, 0) << reload.Describe();
   EXPECT_FALSE(absl::StrContains(reload.out, "MISSING")) << reload.Describe();
-  RunResult add2 = ctl({"sandbox", "add", "--cgroup", cg, "--egress", kPublicA4, "--require-socket-containment"},
-                       false);
+  RunResult add2 = ctl({"sandbox", "add", "--cgroup", cg, "--egress", kPublicA4}, false);
   EXPECT_EQ(add2.exit_code, 0) << add2.Describe();
   ctl({"sandbox", "remove", "--cgroup", cg}, false);
   EXPECT_EQ(ctl({"unload", "--force"}, false).exit_code, 0);

@@ -22,6 +22,7 @@
 #include "userspace/common/fault.h"
 #include "tools/egressctl/commands.h"
 #include "userspace/sandbox/isolation.h"
+#include "userspace/sandbox/no_lsm_fallback.h"
 #include "tools/egressctl/policy_flags.h"
 #include "tools/egressctl/sandbox_flags.h"
 #include "userspace/common/cgroup_tree.h"
@@ -129,6 +130,29 @@ absl::Status EnsureLoaded(const Paths& paths) {
   return control::Reconcile(paths, *lock).status();
 }
 
+// Where the bpf LSM is not in force, the command runs under the seccomp
+// fallback instead (userspace/sandbox/no_lsm_fallback.h), which egressctl
+// says in one line: a workload that asked to be contained is never run
+// uncontained, and `run` always asks. --require-socket-containment refuses
+// instead.
+absl::Status ChooseSocketContainment(const Paths& paths, bool required, sandbox::IsolationSpec& spec) {
+  absl::Status s = RequireSocketContainment(paths);
+  if (s.ok() || required || !absl::IsFailedPrecondition(s)) return s;
+  spec.no_lsm_fallback = true;
+  const char* net_raw = spec.identity == sandbox::Identity::kHostRoot
+                            ? "--host-root keeps CAP_NET_RAW for raw IP sockets, which the skb backstop judges"
+                            : "the command has no CAP_NET_RAW";
+  const char* unix = sandbox::AbstractUnixScopeAvailable()
+                         ? "abstract unix sockets are its own only (Landlock scope)"
+                         : "the node's abstract unix sockets stay reachable (this kernel has no Landlock scope)";
+  std::fprintf(stderr,
+               "egressctl: WARNING: the bpf LSM is not in force on this node (see `egressctl probe`), so the "
+               "sandbox runs under a seccomp filter instead: sockets only of AF_INET, AF_INET6, AF_UNIX and "
+               "AF_NETLINK (no packet socket at all), no io_uring; %s; %s\n",
+               net_raw, unix);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox, const RunFlags& run,
@@ -161,7 +185,9 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
 
   if (auto s = EnsureLoaded(paths); !s.ok()) return Report(s);
-  if (auto s = CheckSocketContainment(paths, flags.require_socket_containment); !s.ok()) return Report(s);
+  if (auto s = ChooseSocketContainment(paths, flags.require_socket_containment, spec); !s.ok()) {
+    return ReportContainment(s);
+  }
   // From here until the command runs, a signal must not end egressctl with
   // its sandbox registered: it is held, then forwarded to the command.
   sandbox::DeferSignals deferred;

@@ -1,6 +1,8 @@
 // sandbox add/remove/contain: register cgroups the caller manages (the
 // orchestrator's path until the daemon's API arrives).
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "userspace/common/node.h"
 #include "absl/strings/str_cat.h"
@@ -56,16 +58,42 @@ absl::StatusOr<uint64_t> RegistrableCgroupId(const Paths& paths, const std::stri
 
 }  // namespace
 
-absl::Status CheckSocketContainment(const Paths& paths, bool required) {
+absl::Status CheckSocketContainment(const Paths& paths, bool accept_uncontained) {
   absl::Status s = RequireSocketContainment(paths);
-  if (s.ok() || required) return s;
-  std::fprintf(stderr, "egressctl: WARNING: %s (pass --require-socket-containment to refuse instead)\n",
+  if (s.ok() || !accept_uncontained || !absl::IsFailedPrecondition(s)) return s;
+  std::fprintf(stderr,
+               "egressctl: WARNING: %s. Registered anyway (--accept-uncontained-packet-sockets): where its "
+               "processes hold CAP_NET_RAW, packet sockets send frames no egressd hook judges\n",
                std::string(s.message()).c_str());
   return absl::OkStatus();
 }
 
+int ReportContainment(const absl::Status& s) {
+  if (!absl::IsFailedPrecondition(s)) return Report(s);
+  std::fprintf(stderr, "egressctl: refused, nothing was changed: %s\n", std::string(s.message()).c_str());
+  return kExitNodeCannotContain;
+}
+
+namespace {
+
+// The opt-out, from the flag or the environment (the test suite's, on a
+// kernel without LSM programs).
+bool AcceptsUncontained(const PolicyFlags& flags) {
+  const char* env = std::getenv("EGRESSD_ACCEPT_UNCONTAINED_PACKET_SOCKETS");
+  return flags.accept_uncontained_packet_sockets || (env != nullptr && std::string(env) == "1");
+}
+
+}  // namespace
+
+// A sandbox add asks for enforcement: where the bpf LSM is not in force it
+// is refused (a pod keeps CAP_NET_RAW, and its packet sockets would go
+// unjudged) unless the operator accepts that.
 int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFlags& flags,
                   const SandboxFlags& sandbox) {
+  if (flags.require_socket_containment && flags.accept_uncontained_packet_sockets) {
+    return Report(absl::InvalidArgumentError(
+        "--require-socket-containment and --accept-uncontained-packet-sockets: choose one"));
+  }
   auto policy = CompileFlags(flags);
   if (!policy.ok()) return Report(policy.status());
   if (auto labels = ParseLabels(sandbox); !labels.ok()) return Report(labels.status());
@@ -73,7 +101,8 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
   if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
   auto id = RegistrableCgroupId(paths, cgroup);
   if (!id.ok()) return Report(id.status());
-  if (auto s = CheckSocketContainment(paths, flags.require_socket_containment); !s.ok()) return Report(s);
+  const bool accept = !flags.require_socket_containment && AcceptsUncontained(flags);
+  if (auto s = CheckSocketContainment(paths, accept); !s.ok()) return ReportContainment(s);
   auto spec = MakeSandboxSpec(sandbox, cgroup, *id, "");
   if (!spec.ok()) return Report(spec.status());
   return Report(control::Registry(paths).Register(*spec, *policy));

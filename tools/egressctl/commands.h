@@ -1,5 +1,7 @@
 // egressctl's subcommands.  Each returns the process exit code: 0 success,
-// 1 a failure at run time, 2 bad input (nothing was changed).
+// 1 a failure at run time, 2 bad input (nothing was changed), 3 the node
+// cannot contain the sandbox as asked (nothing was changed; retrying on this
+// node will not help).
 #pragma once
 
 #include <optional>
@@ -13,6 +15,7 @@ namespace egressd::cli {
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
+constexpr int kExitNodeCannotContain = 3;
 
 // The policy inputs shared by run, sandbox add and policy check/compile.
 struct PolicyFlags {
@@ -27,9 +30,12 @@ struct PolicyFlags {
   std::string kind;            // empty: runtime with --runtime, else task
   std::vector<std::string> grants;
   bool compose = false;
-  // sandbox add / run: refuse, rather than warn, where the socket-family
-  // hooks (bpf LSM) are not in force.
+  // run: refuse, rather than fall back to seccomp, where the socket-family
+  // hooks (bpf LSM) are not in force (sandbox add always refuses there).
   bool require_socket_containment = false;
+  // sandbox add: register even where the bpf LSM is not in force (the
+  // operator's opt-out, also EGRESSD_ACCEPT_UNCONTAINED_PACKET_SOCKETS=1).
+  bool accept_uncontained_packet_sockets = false;
 };
 
 // What sandbox add and run record about a sandbox besides its policy.
@@ -38,9 +44,11 @@ struct SandboxFlags {
   std::string netns;                // sandbox add --netns PATH (empty: not known)
 };
 
-// Where the socket-family hooks are missing: an error naming what is missing
-// when `required`, else a warning on stderr and OK.
-absl::Status CheckSocketContainment(const Paths& paths, bool required);
+// Where the socket-family hooks are missing: FailedPrecondition naming what
+// is missing, unless `accept_uncontained` (then a warning on stderr and OK).
+absl::Status CheckSocketContainment(const Paths& paths, bool accept_uncontained);
+// Report() for a containment refusal: exit code kExitNodeCannotContain.
+int ReportContainment(const absl::Status& s);
 
 int CmdLoad(const Paths& paths);
 int CmdUnload(const Paths& paths, bool force);

@@ -128,7 +128,12 @@ int main(int argc, char** argv) {
   add->add_option("--netns", add_sandbox.netns, "The sandbox's network namespace (/proc/PID/ns/net or "
                                                 "/var/run/netns/NAME), recorded for the DNS proxy and audit");
   add->add_flag("--require-socket-containment", add_flags.require_socket_containment,
-                "Refuse where packet/AF_XDP/AF_VSOCK sockets and abstract unix peers cannot be judged (no bpf LSM)");
+                "Refuse where packet/AF_XDP/AF_VSOCK sockets and abstract unix peers cannot be judged (no bpf "
+                "LSM): the default, exit code 3");
+  add->add_flag("--accept-uncontained-packet-sockets", add_flags.accept_uncontained_packet_sockets,
+                "Register even where the bpf LSM is not in force (also "
+                "EGRESSD_ACCEPT_UNCONTAINED_PACKET_SOCKETS=1). RISK: a process of the sandbox with CAP_NET_RAW "
+                "sends frames on packet sockets (and AF_XDP, AF_VSOCK) that no egressd hook judges");
   auto* remove = sandbox->add_subcommand("remove", "Unregister a cgroup");
   remove->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
   auto* contain = sandbox->add_subcommand(
@@ -142,7 +147,8 @@ int main(int argc, char** argv) {
   AddPolicyFlags(run, run_flags, after_parse);
   AddSandboxFlags(run, run_sandbox);
   run->add_flag("--require-socket-containment", run_flags.require_socket_containment,
-                "Refuse where packet/AF_XDP/AF_VSOCK sockets and abstract unix peers cannot be judged (no bpf LSM)");
+                "Refuse (exit code 3) where the bpf LSM is not in force, instead of running the command under "
+                "the seccomp fallback");
   run->add_option("--user", run_as.user,
                   "Run the command as this unprivileged node user (name or uid) instead of as root of "
                   "its own user namespace (nobody on the node)");

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "userspace/common/errors.h"
+#include "userspace/sandbox/no_lsm_fallback.h"
 
 namespace egressd::sandbox {
 namespace {
@@ -70,14 +71,16 @@ int WaitFor(pid_t pid) {
   _exit(kSetupFailed);
 }
 
-void DropCapabilities() {
-  for (int cap : DroppedCapabilities()) {
+void DropCapabilities(const IsolationSpec& spec) {
+  std::vector<int> dropped = DroppedCapabilities();
+  if (spec.no_lsm_fallback && spec.identity != Identity::kHostRoot) dropped.push_back(CAP_NET_RAW);
+  for (int cap : dropped) {
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) Fail("drop capability from bounding set");
   }
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2]{};
   if (syscall(SYS_capget, &hdr, data) != 0) Fail("capget");
-  for (int cap : DroppedCapabilities()) {
+  for (int cap : dropped) {
     uint32_t bit = 1u << (cap % 32);
     data[cap / 32].effective &= ~bit;
     data[cap / 32].permitted &= ~bit;
@@ -87,6 +90,19 @@ void DropCapabilities() {
   prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
   // setuid binaries inside must not win back what was dropped.
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail("PR_SET_NO_NEW_PRIVS");
+}
+
+// Last before exec, once the command is who it will be (no_new_privs set).
+void InstallNoLsmFallback() {
+  if (absl::Status s = InstallSocketFamilyFilter(); !s.ok()) {
+    std::fprintf(stderr, "egressctl run: %s\n", std::string(s.message()).c_str());
+    _exit(kSetupFailed);
+  }
+  if (!AbstractUnixScopeAvailable()) return;
+  if (absl::Status s = ScopeAbstractUnixSockets(); !s.ok()) {
+    std::fprintf(stderr, "egressctl run: %s\n", std::string(s.message()).c_str());
+    _exit(kSetupFailed);
+  }
 }
 
 // A pipe between the sandbox's init and its command: the command says when
@@ -137,17 +153,18 @@ void MapUserNamespace(pid_t cmd, const MapHandshake& h) {
   switch (spec.identity) {
     case Identity::kNamespaceRoot:
       EnterUserNamespace(h);
-      DropCapabilities();
+      DropCapabilities(spec);
       break;
     case Identity::kUser:
-      DropCapabilities();
+      DropCapabilities(spec);
       if (setgroups(0, nullptr) != 0 || setresgid(spec.gid, spec.gid, spec.gid) != 0) Fail("setgid");
       if (setresuid(spec.uid, spec.uid, spec.uid) != 0) Fail("setuid");
       break;
     case Identity::kHostRoot:
-      DropCapabilities();
+      DropCapabilities(spec);
       break;
   }
+  if (spec.no_lsm_fallback) InstallNoLsmFallback();
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

@@ -44,6 +44,11 @@ struct IsolationSpec {
   gid_t gid = 0;
   std::string start_dir;                  // the command's working directory
   std::vector<std::string> argv;          // the command
+  // The bpf LSM is not in force on this node: the command runs under the
+  // seccomp filter and abstract unix scope of no_lsm_fallback.h, and without
+  // CAP_NET_RAW unless kHostRoot (whose raw IP sockets the skb backstop
+  // judges; its packet sockets the filter refuses).
+  bool no_lsm_fallback = false;
 };
 
 // Keeps SIGINT, SIGTERM, SIGHUP and SIGQUIT pending from before a sandbox is
@@ -66,7 +71,8 @@ class DeferSignals {
 // was killed by a signal, as shells report it).
 absl::StatusOr<int> RunIsolated(const IsolationSpec& spec);
 
-// Capabilities removed from the command's bounding set.
+// Capabilities removed from the command's bounding set (and, under the
+// fallback, CAP_NET_RAW besides, but for kHostRoot).
 const std::vector<int>& DroppedCapabilities();
 
 }  // namespace egressd::sandbox
