@@ -89,6 +89,7 @@ int egr_setsockopt(struct bpf_sockopt *ctx)
 
 	egr_sockopt_read(ctx, &o);
 	d = egr_sockopt_judge(&o, egr_sandbox_of_task());
+	egr_count_refusal(d, EGR_STAT_SOCKOPT_DENY);
 
 	return d.action == EGR_PASS ? 1 : 0;
 }
@@ -100,6 +101,7 @@ int egr_setsockopt(struct bpf_sockopt *ctx)
 
 static __always_inline int egr_lsm_code(struct egr_decision d)
 {
+	egr_count_refusal(d, EGR_STAT_LSM_DENY);
 	return egr_passes(d) ? 0 : EGR_LSM_EPERM;
 }
 

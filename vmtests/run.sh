@@ -82,7 +82,8 @@ ensure_packages() {
 if [[ $install == 1 ]]; then
   # Host side: qemu, busybox for the guest's userland, the tools copied into it.
   ensure_packages qemu-system-x86 busybox-static cpio binutils file coreutils \
-    bpftool iproute2 util-linux mount nftables dnsmasq-base kmod xz-utils
+    bpftool iproute2 util-linux mount nftables dnsmasq-base kmod xz-utils \
+    tcpdump iputils-ping nmap
   # The default kernel: Debian 12's current 6.1 (the metapackage pulls it).
   [[ -n $kernel ]] || ensure_packages linux-image-amd64
 fi
@@ -177,7 +178,8 @@ for b in "${project_bins[@]}"; do
 done
 
 # Host tools, at the path they have here (real util-linux beats busybox's applets).
-host_tools=(bpftool ip tc nft dnsmasq setpriv nsenter unshare mount umount)
+# tcpdump, ping and nmap: tests/priv/raw_tools_test's positive controls.
+host_tools=(bpftool ip tc nft dnsmasq setpriv nsenter unshare mount umount tcpdump ping nmap)
 for tool in "${host_tools[@]}"; do
   src=$(command -v "$tool") || die "$tool not found on the host"
   src=$(readlink -f "$src")
@@ -187,6 +189,10 @@ for tool in "${host_tools[@]}"; do
   cp -L "$src" "$dst"
   elfs+=("$dst")
 done
+
+# nmap's tables for a SYN scan of one port (not the OS or service databases).
+mkdir -p "$root/usr/share/nmap"
+cp /usr/share/nmap/{nmap-services,nmap-protocols,nmap-payloads} "$root/usr/share/nmap/"
 
 # Their shared libraries (ldd's closure), at the paths the loader looks in.
 libs=$(for e in "${elfs[@]}"; do ldd "$e" 2>/dev/null || true; done |

@@ -80,4 +80,13 @@ static __always_inline void egr_count_decision(struct egr_decision d, __u32 pass
 	egr_count(stat); /* one lookup site, not one per counter */
 }
 
+/* Counts a refusal only, for hooks that count no passes (the LSM programs,
+ * setsockopt): what egressd did not judge, and every pass, cost nothing. */
+static __always_inline void egr_count_refusal(struct egr_decision d, __u32 deny_stat)
+{
+	if (egr_passes(d) || d.reason == EGR_REASON_NOT_SANDBOX || d.reason == EGR_REASON_NOT_IP)
+		return;
+	egr_count(d.reason == EGR_REASON_CONTAINED ? EGR_STAT_CONTAINED_DENY : deny_stat);
+}
+
 #endif

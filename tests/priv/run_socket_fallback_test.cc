@@ -6,6 +6,9 @@
 // why. Each test asserts whichever containment the instance reports
 // (`status --json`), and fails if neither is in force. Every attack is first
 // shown to work from the same netns outside any sandbox.
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <map>
 #include <string>
@@ -207,6 +210,61 @@ TEST_F(RunSocketFallback, EgressctlSaysWhyInOneLine) {
     EXPECT_TRUE(absl::StrContains(w, "CAP_NET_RAW")) << w;
     if (!mode.empty()) EXPECT_TRUE(absl::StrContains(w, "--host-root keeps CAP_NET_RAW")) << w;
   }
+}
+
+// The node's abstract unix sockets live in the netns a node-netns sandbox
+// shares: the LSM's unix hooks, or under the fallback Landlock's abstract
+// unix scope (ABI 6, Linux 6.12), refuse a peer outside the sandbox.
+TEST_F(RunSocketFallback, ANodeAbstractSocketIsUnreachableAndTheSandboxsOwnIsReachable) {
+  if (containment_ == Containment::kSeccomp && syscall(SYS_landlock_create_ruleset, nullptr, 0, 1) < 6) {
+    GTEST_SKIP() << "no Landlock abstract unix scope on this kernel: egressctl run's warning says the node's "
+                    "abstract sockets stay reachable";
+  }
+  for (bool dgram : {false, true}) {
+    const std::string name = "egr-fb-" + lab().id() + (dgram ? "-d" : "-s");
+    std::vector<std::string> listen = {BinaryPath("egressd-probe"), "unix-listen", name};
+    std::vector<std::string> connect = {"unix-connect", name, "--payload"};
+    if (dgram) listen.push_back("--dgram");
+    RunSpec ls;
+    ls.argv = listen;
+    ls.netns = lab().node_netns();
+    auto listener = lab::Start(ls);
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    auto ready = listener->ReadOutLine(std::chrono::milliseconds(5000));
+    ASSERT_TRUE(ready && absl::StrContains(*ready, "listening")) << listener->err();
+    for (const auto& mode : {kDefault, kHostRoot}) {
+      std::vector<std::string> probe = connect;
+      probe.push_back("sandbox");
+      if (dgram) probe.push_back("--dgram");
+      auto l = Probe(mode, probe);
+      ASSERT_EQ(l.size(), 1u) << last_.Describe();
+      EXPECT_EQ(l[0]["errno"], "EPERM") << (dgram ? "dgram: " : "stream: ") << last_.Describe();
+    }
+    // Positive control, after the attempts: unsandboxed, the same connect
+    // arrives, and it is the first the listener saw.
+    std::vector<std::string> ctl_probe = connect;
+    ctl_probe.push_back("control");
+    if (dgram) ctl_probe.push_back("--dgram");
+    RunResult ctl = lab().ProbeIn(lab().node_netns(), ctl_probe, "", /*hostile=*/true);
+    EXPECT_TRUE(Ok(Only(ctl))) << ctl.Describe();
+    auto got = listener->ReadOutLine(std::chrono::milliseconds(5000));
+    ASSERT_TRUE(got.has_value()) << listener->err();
+    auto gl = ParseProbeLine(*got);
+    ASSERT_TRUE(gl.ok()) << *got;
+    EXPECT_EQ((*gl)["got"], "control") << "the first arrival must be the control's";
+  }
+  // The sandbox's own abstract socket stays reachable inside it.
+  const std::string own = "egr-fb-own-" + lab().id();
+  RunResult r = Run(kDefault, {"sh", "-c",
+                               "mkfifo /tmp/l && { \"$0\" unix-listen \"$1\" > /tmp/l & } && exec 3</tmp/l && "
+                               "read ready <&3 && \"$0\" unix-connect \"$1\" --payload inside && read got <&3 && "
+                               "echo \"$got\" && kill $!",
+                               BinaryPath("egressd-probe"), own});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  auto l = Lines(r);
+  ASSERT_EQ(l.size(), 2u) << r.Describe();
+  EXPECT_TRUE(Ok(l[0])) << r.Describe();
+  EXPECT_EQ(l[1]["got"], "inside") << r.Describe();
 }
 
 }  // namespace
