@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -87,6 +88,35 @@ TEST(NoLsmFallback, OtherSyscallsAreUntouched) {
   // EBADF, not EPERM: the kernel, not the filter, answered.
   EXPECT_EQ(ErrnoUnderFilter([] { return static_cast<long>(close(-1)); }), EBADF);
 }
+
+#if defined(__x86_64__)
+// i386's int 0x80 reaches socketcall(2), whose family seccomp cannot read
+// (it sits in memory): another architecture's syscalls kill the process.
+long I386Syscall(long nr, long a, long b) {
+  long ret;
+  asm volatile("int $0x80" : "=a"(ret) : "a"(nr), "b"(a), "c"(b) : "memory");
+  return ret;
+}
+constexpr long kI386Getpid = 20, kI386Socketcall = 102, kSysSocket = 1;
+
+TEST(NoLsmFallback, I386SyscallsKillTheProcess) {
+  // Without the filter, where the kernel runs i386 syscalls at all.
+  pid_t probe = fork();
+  if (probe == 0) _exit(I386Syscall(kI386Getpid, 0, 0) == getpid() ? 0 : 1);
+  int status = 0;
+  waitpid(probe, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) GTEST_SKIP() << "this kernel runs no i386 syscalls";
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || !InstallSocketFamilyFilter().ok()) _exit(255);
+    unsigned int args[3] = {AF_PACKET, SOCK_RAW, 0};
+    I386Syscall(kI386Socketcall, kSysSocket, static_cast<long>(reinterpret_cast<uintptr_t>(args)));
+    _exit(0);
+  }
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS) << "status " << status;
+}
+#endif
 
 }  // namespace
 }  // namespace egressd::sandbox
