@@ -63,16 +63,7 @@ class SocketContainment : public testing::Test {
   }
   Lab& lab() { return Shared().lab(); }
 
-  // The MAC of the node's end of pod 0's veth: where a pod's frames go.
-  std::string RouterMac() {
-    RunSpec s;
-    s.argv = {"ip", "-j", "-n", lab().node_netns_name(), "link", "show", lab().pod().node_ifname};
-    RunResult r = lab::Run(s);
-    EXPECT_EQ(r.exit_code, 0) << r.Describe();
-    auto j = nlohmann::json::parse(r.out, nullptr, false);
-    if (!j.is_array() || j.empty() || !j[0].contains("address")) return "";
-    return j[0]["address"].get<std::string>();
-  }
+  std::string RouterMac() { return PodRouterMac(lab()); }
   std::vector<ProbeLine> Sandboxed(const std::vector<std::string>& probe,
                                    const std::vector<std::string>& policy = kAirgapped,
                                    const std::string& netns = "") {

@@ -232,6 +232,16 @@ std::string Errno(const lab::ProbeLine& l) {
   return it == l.end() ? "" : it->second;
 }
 
+std::string PodRouterMac(lab::Lab& lab) {
+  lab::RunSpec s;
+  s.argv = {"ip", "-j", "-n", lab.node_netns_name(), "link", "show", lab.pod().node_ifname};
+  lab::RunResult r = lab::Run(s);
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  if (!j.is_array() || j.empty() || !j[0].contains("address")) return "";
+  return j[0]["address"].get<std::string>();
+}
+
 std::map<std::string, uint32_t> LinkPrograms(const std::string& pins, const std::vector<std::string>& names) {
   std::vector<std::string> links = names;
   if (links.empty()) {

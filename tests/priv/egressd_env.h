@@ -106,6 +106,11 @@ bool SocketMadeAndSent(const lab::ProbeLine& l);
       << (line)["stage"] << ", errno " << (line)["errno"] << "): " << (context)
 std::string Errno(const lab::ProbeLine& l);
 
+// The MAC of the node's end of pod 0's veth (where a pod's frames go), read
+// with `ip -n` (a /sys path read through nsenter would show the caller's
+// namespace); empty, with a test failure, when it cannot be read.
+std::string PodRouterMac(lab::Lab& lab);
+
 // The program id behind each pinned link under `pins`/links, by link name:
 // all of them, or only those in `names` (read with bpftool from the kernel).
 std::map<std::string, uint32_t> LinkPrograms(const std::string& pins,

@@ -70,10 +70,8 @@ TEST_F(RefusalCounters, LsmRefusalsAreCounted) {
     if (v && std::string(v) == "1") FAIL() << "EGR_REQUIRE_LSM=1 but the bpf LSM is not in force";
     GTEST_SKIP() << "the bpf LSM is not in force on this kernel (see `egressctl probe`)";
   }
-  RunResult mac = lab::Run(RunSpec{.argv = {"cat", "/sys/class/net/" + lab().pod().node_ifname + "/address"},
-                                   .netns = lab().node_netns()});
-  ASSERT_EQ(mac.exit_code, 0) << mac.Describe();
-  std::string router(mac.out.substr(0, mac.out.find('\n')));
+  const std::string router = PodRouterMac(lab());
+  ASSERT_FALSE(router.empty());
   const uint64_t before = Counter("lsm_deny");
   // Two families refused at socket_create, one packet send at socket_sendmsg.
   auto l = Sandboxed({"--floor", "airgapped"}, {"xdp-socket", "--then", "vsock-connect", "9", "--then",
