@@ -17,3 +17,15 @@ set logscale y
 set ylabel "apply a policy (s)"
 plot dat."/apply.dat" using ($1*0.97):2:3:4 with yerrorlines title "nftables (nft -f)", \
      ""               using ($1*1.03):5:6:7 with yerrorlines title "egressd (sandbox add)"
+
+# Cost vs sandboxes (the sandbox axis): memory per sandbox and apply time per sandbox.
+set output out."-sandboxes.png"
+set xlabel "sandboxes"
+set ylabel "kernel memory per sandbox (KiB)"
+set multiplot layout 1,2
+plot dat."/sandboxes.dat" using ($1*0.97):2 with linespoints title "nftables (ruleset per pod netns)", \
+     ""                   using ($1*1.03):3 with linespoints title "egressd (registered cgroup)"
+set ylabel "apply per sandbox (s, p50)"
+plot dat."/sandboxes.dat" using ($1*0.97):4:5:6 with yerrorlines title "nftables (nft -f)", \
+     ""                   using ($1*1.03):7:8:9 with yerrorlines title "egressd (sandbox add)"
+unset multiplot

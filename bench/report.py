@@ -10,7 +10,7 @@ import sys
 import time
 
 
-def ratio_cell(s, lower_is_better=False):
+def ratio_cell(s):
     lo, hi = s["ci95"]
     text = f"{s['median']:.3f} [{lo:.3f}, {hi:.3f}]"
     if lo <= 1.0 <= hi:
@@ -23,6 +23,110 @@ def secs(s):
     return f"{s['median']*1e3:.1f} ms [{lo*1e3:.1f}, {hi*1e3:.1f}]"
 
 
+def mib(b):
+    return f"{b / 2**20:.2f} MiB"
+
+
+def kib(b):
+    return f"{b / 2**10:.1f} KiB"
+
+
+def cells_with(r, key):
+    """(label, cell) of every entries-axis cell (and the stress point) that has key."""
+    out = []
+    for group in ("scales", "stress"):
+        for s in sorted(r.get(group, {}), key=int):
+            c = r[group][s]
+            if key in c:
+                out.append((f"{int(s):,}" + (" (stress)" if group == "stress" else ""), c))
+    return out
+
+
+def interleaved_table(out, r, title, value_key, cpu_key, value_name, cpu_name, goal=None):
+    rows = cells_with(r, value_key + "_ratio")
+    if not rows:
+        return
+    out.append(title)
+    out.append("")
+    head = f"| CIDR entries | {value_name} nftables | {value_name} egressd | {cpu_name} nftables | {cpu_name} egressd | no-filter {value_name} |"
+    out.append(head + (" goal: egressd <= 1% slower, never worse than nftables |" if goal else ""))
+    out.append("|---|---|---|---|---|---|" + ("---|" if goal else ""))
+    for label, c in rows:
+        rn, re_ = c[value_key + "_ratio"]["nftables"], c[value_key + "_ratio"]["egressd"]
+        cn, ce = c[cpu_key + "_ratio"]["nftables"], c[cpu_key + "_ratio"]["egressd"]
+        none = c[value_key]["none"]["median"]
+        line = (f"| {label} | {ratio_cell(rn)} | {ratio_cell(re_)} | {ratio_cell(cn)} | {ratio_cell(ce)} | "
+                f"{none:,.0f}/s |")
+        if goal:
+            met_1pct = re_["ci95"][1] >= 0.99
+            not_worse = re_["ci95"][1] >= rn["ci95"][0]
+            line += (" met |" if met_1pct and not_worse else
+                     " MISSED: " + ", ".join(x for x, ok in (("more than 1% slower", met_1pct),
+                                                              ("slower than nftables", not_worse)) if not ok) + " |")
+        out.append(line)
+    out.append("")
+
+
+def sandbox_axis(out, r, dat_dir):
+    ax = r.get("sandbox_axis", {})
+    out.append("The sandbox axis: N sandboxes with one 100-CIDR + 50-name policy. Apply: per sandbox "
+               "(egressd: `egressctl sandbox add`; nftables: `nft -f` in the pod's netns), p50 [95% CI] and p99 "
+               "over that stage's sandboxes. Memory at N, the node's kernel memory delta (/proc/meminfo Slab + "
+               "Percpu): egressd = registering N cgroups (their bare cost subtracted) plus its maps' growth "
+               "(bytes_memlock, partly counted in Slab already, so egressd's figure is an upper bound); "
+               "nftables = loading N rulesets (the bare pod netns cost subtracted, given as its own column):")
+    out.append("")
+    if "error" in ax:
+        out.append(f"Not run: {ax['error']}")
+        out.append("")
+        return
+    out.append("| sandboxes | apply nftables p50 (p99) | apply egressd p50 (p99) | nft / egressd apply | "
+               "memory nftables | memory egressd (slab+percpu + maps) | nft / egressd memory | bare netns | "
+               "bare cgroups | goal at 1,000: both >= 100x |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for n in sorted(ax.get("stages", {}), key=int):
+        st = ax["stages"][n]
+        m = st["memory_bytes"]
+        egr_apply = st["apply_s"]["egressd"]
+        nft_apply = st["apply_s"].get("nftables")
+        egr_mem = m["egressd"].get("slab_percpu", 0) + m["egressd_maps_memlock"]
+        nft_mem = m["nftables"].get("slab_percpu", 0) if nft_apply else None
+        if nft_apply:
+            ar = nft_apply["median"] / egr_apply["median"]
+            apply_nft = f"{secs(nft_apply)} ({nft_apply['p99']*1e3:.1f} ms)"
+            ar_text = f"{ar:.2f}x"
+        else:
+            ar = None
+            apply_nft = "not run: " + st.get("nftables_error", "?")
+            ar_text = "-"
+        if nft_mem is None:
+            mr, mr_text = None, "-"
+        elif egr_mem <= 0:
+            mr, mr_text = None, "egressd below the noise of the node's memory"
+        else:
+            mr = nft_mem / egr_mem
+            mr_text = f"{mr:.1f}x"
+        goal = ""
+        if int(n) == 1000:
+            goal = "met" if (ar and ar >= 100 and (mr is None or mr >= 100)) else "MISSED"
+            goal += f" (apply {ar_text}, memory {mr_text})"
+        per = int(n)
+        out.append(f"| {per:,} | {apply_nft} | {secs(egr_apply)} ({egr_apply['p99']*1e3:.1f} ms) | {ar_text} | "
+                   + (f"{mib(nft_mem)} ({kib(nft_mem / per)}/pod)" if nft_mem is not None else "-") + " | "
+                   + f"{mib(egr_mem)} ({kib(egr_mem / per)}/sandbox; maps {mib(m['egressd_maps_memlock'])}) | {mr_text} | "
+                   + f"{mib(m['netns_bare'].get('slab_percpu', 0))} | {mib(m['cgroups_bare'].get('slab_percpu', 0))} | {goal} |")
+        rows.append((per, nft_mem, egr_mem, nft_apply, egr_apply))
+    out.append("")
+    with open(f"{dat_dir}/sandboxes.dat", "w") as f:
+        f.write("# sandboxes  nft_KiB_per_pod egr_KiB_per_sandbox  nft_apply(med lo hi) egr_apply(med lo hi), s\n")
+        for per, nm, em, na, ea in rows:
+            na = na or {"median": "NaN", "ci95": ["NaN", "NaN"]}
+            f.write(" ".join(str(x) for x in [per, (nm / per / 1024) if nm is not None else "NaN", em / per / 1024,
+                                              na["median"], na["ci95"][0], na["ci95"][1],
+                                              ea["median"], ea["ci95"][0], ea["ci95"][1]]) + "\n")
+
+
 def main():
     res_path, table_path, dat_dir = sys.argv[1:4]
     r = json.load(open(res_path))
@@ -33,59 +137,58 @@ def main():
                f"load average at start {r['loadavg_start'].split()[0:3]}, at end {r['loadavg_end'].split()[0:3]} "
                "(the machine is shared: read the ratios, not the absolute figures).")
     out.append("")
-    out.append("Connect+accept+close to an allowed address (ratio to no filter, median [95% CI]; "
-               "rate: higher is better, CPU: lower is better):")
-    out.append("")
-    out.append("| CIDR entries | rate nftables | rate egressd | CPU/conn nftables | CPU/conn egressd | no-filter rate | goal: egressd <= 1% slower, never worse than nftables |")
-    out.append("|---|---|---|---|---|---|---|")
-    for s in scales:
-        c = r["scales"][s]
-        rn, re_ = c["connect_rate_ratio"]["nftables"], c["connect_rate_ratio"]["egressd"]
-        cn, ce = c["cpu_ratio"]["nftables"], c["cpu_ratio"]["egressd"]
-        none = c["connect_per_s"]["none"]["median"]
-        met_1pct = re_["ci95"][1] >= 0.99
-        not_worse = re_["ci95"][1] >= rn["ci95"][0]
-        goal = ("met" if met_1pct and not_worse else
-                "MISSED: " + ", ".join(x for x, ok in (("more than 1% slower", met_1pct),
-                                                         ("slower than nftables", not_worse)) if not ok))
-        out.append(f"| {int(s):,} | {ratio_cell(rn)} | {ratio_cell(re_)} | {ratio_cell(cn)} | {ratio_cell(ce)} | "
-                   f"{none:,.0f}/s | {goal} |")
-    out.append("")
+    interleaved_table(out, r, "Connect+accept+close to an allowed address (ratio to no filter, median [95% CI]; "
+                      "rate: higher is better, CPU: lower is better):",
+                      "connect_per_s", "cpu_us_per_conn", "rate", "CPU/conn", goal=True)
+    interleaved_table(out, r, "Unconnected UDP: sendto() of 64 bytes to an allowed address (ratio to no filter):",
+                      "udp_sends_per_s", "cpu_us_per_send", "rate", "CPU/send")
+    interleaved_table(out, r, "iperf3 TCP through the veth (pod to world; throughput ratio to no filter, "
+                      "client CPU per GB):", "iperf_tcp_bps", "iperf_tcp_cpu_s_per_gb", "bit/s", "CPU/GB")
+    interleaved_table(out, r, "iperf3 UDP, 64-byte datagrams at -b 0 (datagrams received/s, ratio to no filter; "
+                      "client CPU per datagram):", "iperf_udp64_pps", "iperf_udp64_cpu_us_per_dgram", "dgrams",
+                      "CPU/dgram")
     out.append("Applying a policy of N entries (egressd: `egressctl sandbox add`, compile + batch map updates; "
                "nftables: `nft -f` of the pre-rendered ruleset) and adding one resolved address:")
     out.append("")
     out.append("| CIDR entries | nft -f | egressd apply | nft / egressd | add one resolved address (nft) | egressd: one resolved address |")
     out.append("|---|---|---|---|---|---|")
-    for s in scales:
-        a = r["scales"][s]["apply_s"]
+    for label, c in cells_with(r, "apply_s"):
+        a = c["apply_s"]
         ratio = a["nftables"]["median"] / a["egressd"]["median"]
-        add = r["scales"][s]["add_resolved_s"]["nftables"]
-        goal = "" if int(s) < 100000 else (" (goal >= 10x: met)" if ratio >= 10 else " (goal >= 10x: MISSED)")
-        out.append(f"| {int(s):,} | {secs(a['nftables'])} | {secs(a['egressd'])} | {ratio:.2f}x{goal} | {secs(add)} | "
+        n = int(label.split()[0].replace(",", ""))
+        goal = "" if n < 100000 else (" (goal >= 10x: met)" if ratio >= 10 else " (goal >= 10x: MISSED)")
+        add = c.get("add_resolved_s", {}).get("nftables")
+        out.append(f"| {label} | {secs(a['nftables'])} | {secs(a['egressd'])} | {ratio:.2f}x{goal} | "
+                   f"{secs(add) if add else 'not run: ' + c.get('nftables_error', '?')} | "
                    "blocked: no DNS proxy yet (issue 11) |")
+    for label, c in cells_with(r, "error"):
+        out.append(f"| {label} | not run: {c['error']} | | | | |")
     out.append("")
     out.append("In-kernel ns per program run (kernel.bpf_stats_enabled; every run of the instance's programs "
-               "during the egressd loops, goal: connect4 <= 400 ns at 100k):")
+               "during the egressd loops, goal: connect4/sendmsg4 <= 400 ns at 100k; see the notes for the "
+               "profile of connect4):")
     out.append("")
-    names = sorted({n for s in scales for n in r["scales"][s].get("bpf_ns_per_run", {})})
-    out.append("| program | " + " | ".join(f"{int(s):,} entries" for s in scales) + " |")
-    out.append("|---|" + "---|" * len(scales))
+    allc = cells_with(r, "bpf_ns_per_run")
+    names = sorted({n for _, c in allc for n in c["bpf_ns_per_run"]})
+    out.append("| program | " + " | ".join(label + " entries" for label, _ in allc) + " |")
+    out.append("|---|" + "---|" * len(allc))
     for n in names:
         cells = []
-        for s in scales:
-            v = r["scales"][s].get("bpf_ns_per_run", {}).get(n)
+        for _, c in allc:
+            v = c["bpf_ns_per_run"].get(n)
             cells.append(f"{v['ns']:.0f} ns ({v['runs']:.0f} runs)" if v else "-")
         out.append(f"| {n} | " + " | ".join(cells) + " |")
     out.append("")
+    sandbox_axis(out, r, dat_dir)
     st = r["startup_s"]
     run_med = st["egressctl_run"]["median"]
     out.append(f"Start-up, median of {len(st['egressctl_run']['samples'])}: `egressctl run -- true` "
                f"{secs(st['egressctl_run'])}, `unshare --fork --pid --mount true` {secs(st['unshare'])} "
-               f"(goal <= 10 ms: {'met' if run_med <= 0.010 else 'MISSED'}).")
+               f"(goal <= 10 ms: {'met' if run_med <= 0.010 else 'MISSED'}; CPU profile in the notes).")
     out.append("")
-    out.append("Not measured yet: UDP send rate and iperf3 throughput (2), memory at 1,000 sandboxes (5), "
-               "the 1M-entry stress point, the resolved-address axis and every DNS row (6; blocked until the "
-               "DNS proxy exists, issue 11), the sandbox axis (1/100/1,000).")
+    out.append("Not measured yet: the resolved-address axis, egressd's one resolved address and DNS answer to "
+               "connection allowed, per-pod forwarder RSS, and every DNS row (6; blocked until the DNS proxy "
+               "exists, issue 11); audit events/s (no audit export yet).")
     open(table_path, "w").write("\n".join(out) + "\n")
 
     # gnuplot data: entries, then median lo hi per enforcer.
@@ -99,12 +202,16 @@ def main():
             f.write(" ".join(str(x) for x in row) + "\n")
     with open(f"{dat_dir}/apply.dat", "w") as f:
         f.write("# entries  nftables(med lo hi)  egressd(med lo hi): seconds to apply\n")
-        for s in scales:
-            row = [s]
-            for en in ("nftables", "egressd"):
-                v = r["scales"][s]["apply_s"][en]
-                row += [v["median"], v["ci95"][0], v["ci95"][1]]
-            f.write(" ".join(str(x) for x in row) + "\n")
+        for group in ("scales", "stress"):
+            for s in sorted(r.get(group, {}), key=int):
+                c = r[group][s]
+                if "apply_s" not in c:
+                    continue
+                row = [s]
+                for en in ("nftables", "egressd"):
+                    v = c["apply_s"][en]
+                    row += [v["median"], v["ci95"][0], v["ci95"][1]]
+                f.write(" ".join(str(x) for x in row) + "\n")
 
 
 if __name__ == "__main__":
