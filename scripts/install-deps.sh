@@ -28,6 +28,9 @@ packages=(
   libseccomp-dev
   # the containment tests' positive controls: raw-socket tools a pod runs
   nmap tcpdump iputils-ping
+  # bench/profile/: where the missed goals' time goes (perf samples, syscalls,
+  # callgrind of egressctl's user space)
+  linux-perf strace valgrind
 )
 
 missing=()
