@@ -118,6 +118,10 @@ def sandbox_axis(out, r, dat_dir):
                    + f"{mib(m['netns_bare'].get('slab_percpu', 0))} | {mib(m['cgroups_bare'].get('slab_percpu', 0))} | {goal} |")
         rows.append((per, nft_mem, egr_mem, nft_apply, egr_apply))
     out.append("")
+    if "egressd_maps_at_start_bytes" in ax:
+        out.append(f"egressd's maps as loaded, before any sandbox (preallocated hashes and bucket arrays, "
+                   f"once per node whatever N is): {mib(ax['egressd_maps_at_start_bytes'])}.")
+        out.append("")
     with open(f"{dat_dir}/sandboxes.dat", "w") as f:
         f.write("# sandboxes  nft_KiB_per_pod egr_KiB_per_sandbox  nft_apply(med lo hi) egr_apply(med lo hi), s\n")
         for per, nm, em, na, ea in rows:

@@ -75,6 +75,9 @@ json SandboxAxis(test::Egressd& e, const std::vector<int>& stages, const std::st
   const std::string rules_path = dir + "/axis.nft";
   std::ofstream(rules_path) << rules.out;
 
+  // egressd's maps as loaded: preallocated hashes and bucket arrays, paid once
+  // per node whatever N is (the per-sandbox growth is measured below).
+  out["egressd_maps_at_start_bytes"] = MapMemlockBytes(e.pin_root());
   PodNamespaces pods{dir, {}};
   std::vector<std::string>& netns_names = pods.names;
   json egr_total = json::object(), cgroup_bare = json::object(), nft_total = json::object(),

@@ -21,7 +21,7 @@ cgroot=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
 [[ -n $cgroot ]] || { echo "connect4.sh: no cgroup2 mount" >&2; exit 1; }
 cg=$cgroot/$tag
 stats_before=$(cat /proc/sys/kernel/bpf_stats_enabled)
-read -r -a progs <<< "${PROGS:-v_empty v_netns_cookie v_own_cgroup v_ancestor_ids v_walk v_lpm v_storage_create}"
+read -r -a progs <<< "${PROGS:-v_empty v_netns_cookie v_own_cgroup v_ancestor_ids v_walk v_lpm v_storage_lookup v_storage_create v_cookie_hash}"
 
 cleanup() {
   for p in "${progs[@]}"; do

@@ -102,6 +102,41 @@ int v_storage_create(struct bpf_sock_addr *ctx)
 	return 1;
 }
 
+/* The same storage looked up without F_CREATE: on a new socket a miss, the
+ * price of the lookup alone. */
+SEC("cgroup/connect4")
+int v_storage_lookup(struct bpf_sock_addr *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+
+	if (!sk)
+		return 1;
+	return bpf_sk_storage_get(&v_sock, sk, 0, 0) ? 1 : 1;
+}
+
+/* The alternative to socket storage: a preallocated hash keyed by socket
+ * cookie (no allocation on the connect path: a free-list pop).  Inserted and
+ * deleted here, so the figure is the whole per-socket cost (the delete would
+ * run at cgroup/sock_release in a real design). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_CGROUPS);
+	__type(key, __u64);
+	__type(value, struct egr_sock_val);
+} v_sock_by_cookie SEC(".maps");
+
+SEC("cgroup/connect4")
+int v_cookie_hash(struct bpf_sock_addr *ctx)
+{
+	struct egr_sock_val st = { .flags = EGR_SOCK_ACTIVE | EGR_SOCK_CONNECTED };
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+
+	st.port = (__u16)ctx->user_port;
+	bpf_map_update_elem(&v_sock_by_cookie, &cookie, &st, BPF_NOEXIST);
+	bpf_map_delete_elem(&v_sock_by_cookie, &cookie);
+	return 1;
+}
+
 /* The netns cookie and the destination read (egr_in_foreign_netns). */
 SEC("cgroup/connect4")
 int v_netns_cookie(struct bpf_sock_addr *ctx)
