@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One command: egressd against the incumbent (nftables in the pod's netns)
 # and no filter, interleaved on one lab topology.  Writes
-# bench/results/<date>.json, <date>.md (the table) and <date>-*.png (plots).
-#   bench/run.sh           the full run (a few minutes)
-#   bench/run.sh --quick   the smoke CI runs (ctest -L bench-smoke): under a
+# bench/results/<date>.json, <date>.md (the table) and <date>-*.png (plots:
+# cost and apply vs entries, cost vs sandboxes).
+#   bench/run.sh           the full run (about half an hour on 2 CPUs)
+#   bench/run.sh --quick   the smoke CI runs (ctest -L bench-smoke): about a
 #                          minute, results in $BENCH_OUT (default a temp dir)
 # Run as root (the lab builds namespaces; egressd loads BPF).  Never a
 # pass/fail on a time: exit 0 when every measurement ran.
