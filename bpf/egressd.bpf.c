@@ -14,6 +14,7 @@
 #include "lib/sockopt.h"
 #include "lib/lsm_socket.h"
 #include "lib/lsm_unix.h"
+#include "lib/audit.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -36,11 +37,12 @@ static __always_inline int egr_cgroup_skb_code(struct egr_decision d)
 
 static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int is_v4, int is_connect)
 {
-	struct egr_decision d =
-		egr_sock_addr_judge(ctx, egr_sandbox_of_current(), is_v4, is_connect);
+	const struct egr_cgroup_val *sb = egr_sandbox_of_current();
+	struct egr_decision d = egr_sock_addr_judge(ctx, sb, is_v4, is_connect);
 
 	egr_count_decision(d, is_connect ? EGR_STAT_CONNECT_ALLOW : EGR_STAT_SENDMSG_ALLOW,
 			   is_connect ? EGR_STAT_CONNECT_DENY : EGR_STAT_SENDMSG_DENY);
+	egr_audit_sock_addr(ctx, sb, d, is_v4, is_connect);
 	return egr_sock_addr_code(d);
 }
 
@@ -72,9 +74,12 @@ int egr_sendmsg6(struct bpf_sock_addr *ctx)
 SEC("cgroup_skb/egress")
 int egr_skb_egress(struct __sk_buff *skb)
 {
-	struct egr_decision d = egr_backstop_judge(skb, 0, egr_sandbox_of_skb(skb));
+	const struct egr_cgroup_val *sb = egr_sandbox_of_skb(skb);
+	__u64 sandbox_id = sb ? sb->sandbox_id : 0;
+	struct egr_decision d = egr_backstop_judge(skb, 0, sb);
 
 	egr_count_decision(d, EGR_STAT_SKB_PASS, EGR_STAT_SKB_DROP);
+	egr_audit_skb(skb, sandbox_id, d);
 	return egr_cgroup_skb_code(d);
 }
 

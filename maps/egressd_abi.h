@@ -196,6 +196,123 @@ struct egr_dnsep_val {
 
 #define EGR_MAX_DNS_ENDPOINTS EGR_MAX_CGROUPS
 
+/* ---- The audit trail (issue 13): egr_events_v1, egr_fold_v1, egr_loss_v1,
+ * egr_budget_v1, egr_auditctl_v1, egr_auditseq_v1, egr_rcusync_v1 ----
+ * Every judged connect() and the first send of a socket to a destination go
+ * on the ring as one struct egr_event each, while the sandbox's budget lasts.
+ * Beyond the budget, and for a socket's later sends to the same destination,
+ * occurrences are folded before any ring reservation: counted (atomic add) in
+ * egr_fold_v1 under their struct egr_event_key.  What can be neither recorded
+ * nor folded (ring or fold map full) is counted per sandbox in egr_loss_v1.
+ * Both are keyed by the epoch in egr_auditctl_v1: the reader bumps it each
+ * fold window, waits for every program that read the old epoch to finish (an
+ * update of egr_rcusync_v1, a map of maps, waits for an RCU grace period),
+ * then reads the old epoch's counts, which nothing can change any more, and
+ * deletes them.  So the records' counts plus the lost counts equal what the
+ * sandboxes did, exactly, and no map grows past one window of distinct keys.
+ *
+ * Time is bpf_ktime_get_boot_ns(); the reader adds its own realtime-boottime
+ * offset (TAI from bpf_ktime_get_tai_ns is only as right as the node's TAI
+ * offset, which is often never set). */
+#define EGR_MAP_EVENTS "egr_events_v1"
+#define EGR_MAP_FOLD "egr_fold_v1"
+#define EGR_MAP_LOSS "egr_loss_v1"
+#define EGR_MAP_BUDGET "egr_budget_v1"
+#define EGR_MAP_AUDITCTL "egr_auditctl_v1"
+#define EGR_MAP_AUDITSEQ "egr_auditseq_v1"
+#define EGR_MAP_RCUSYNC "egr_rcusync_v1"
+
+#define EGR_EVENT_RING_BYTES (8u << 20) /* ~80k records */
+#define EGR_MAX_FOLDS 65536             /* distinct folded keys per window */
+#define EGR_MAX_LOSS 16384              /* sandboxes losing in one window */
+/* Per sandbox: records a burst may put on the ring at once, and the rate at
+ * which that allowance comes back.  Beyond it occurrences are folded. */
+#define EGR_AUDIT_BURST 8192
+#define EGR_AUDIT_RATE_PER_S 50000
+
+enum egr_event_kind {
+	EGR_EVENT_CONNECT = 1,  /* a connect() judged */
+	EGR_EVENT_SEND = 2,     /* an unconnected send judged */
+	EGR_EVENT_BACKSTOP = 3, /* a packet the backstop dropped */
+	/* 16 and above are user-space sources (the DNS proxy's queries,
+	 * lifecycle); they never travel on the ring. */
+	EGR_EVENT_USER_FIRST = 16,
+};
+
+enum egr_event_flags {
+	EGR_EVENT_HAS_TASK = 1 << 0, /* tgid/pid/comm are the caller's (not softirq) */
+	EGR_EVENT_HAS_UID = 1 << 1,  /* uid/gid are known */
+};
+
+/* What makes two occurrences identical: the fold key, and the head of a
+ * record. */
+struct egr_event_key {
+	__u64 sandbox_id;
+	__u64 sock_cookie; /* sends: the socket; 0 for others and once folded */
+	__u8 daddr[16];    /* IPv4 as ::ffff:a.b.c.d */
+	__u16 dport;       /* host order; 0: none */
+	__u8 kind;         /* enum egr_event_kind */
+	__u8 action;       /* 0 pass, 1 deny (reject), 2 deny (drop) */
+	__u8 reason;       /* the decision's reason (bpf/lib/decision.h) */
+	__u8 family;       /* AF_INET or AF_INET6, as the caller named it */
+	__u8 protocol;     /* IPPROTO_* */
+	__u8 pad0;
+	__u32 epoch;       /* egr_auditctl_v1's epoch when it happened */
+	__u32 pad1;
+};
+
+/* Who did it (the first occurrence of a folded key). */
+struct egr_event_task {
+	__u64 cgroup_id; /* the caller's own cgroup (the sandbox's or below) */
+	__u32 tgid;      /* node pid namespace */
+	__u32 pid;       /* thread id, node pid namespace */
+	__u32 uid;
+	__u32 gid;
+	char comm[16];
+};
+
+struct egr_event {
+	struct egr_event_key key;
+	struct egr_event_task task;
+	__u64 boot_ns;  /* bpf_ktime_get_boot_ns() */
+	__u64 seq;      /* per CPU, from 1: a reader sees gaps per CPU */
+	__u32 cpu;
+	__u16 flags;    /* enum egr_event_flags */
+	__u16 pad0;
+	__u32 match_id; /* reason resolved: the name id egr_resolved_v1 holds */
+	__u32 pad1;
+};
+
+struct egr_fold_val {
+	struct egr_event_task task; /* who folded first */
+	__u64 first_boot_ns;
+	__u64 count;    /* occurrences, atomic adds */
+	__u16 flags;    /* enum egr_event_flags */
+	__u16 pad0;
+	__u32 match_id;
+};
+
+struct egr_loss_key {
+	__u64 sandbox_id;
+	__u32 epoch;
+	__u32 pad0;
+};
+
+struct egr_loss_val {
+	__u64 lost; /* occurrences neither recorded nor folded, atomic adds */
+};
+
+/* Token bucket as a theoretical arrival time (GCRA): an occurrence may go on
+ * the ring when tat - now stays within the burst. */
+struct egr_budget_val {
+	__u64 tat_boot_ns;
+};
+
+struct egr_auditctl_val {
+	__u32 epoch; /* written by the reader only */
+	__u32 flags; /* reserved, 0 */
+};
+
 /* ---- egr_stats_v2 (per-CPU array): decision counters ---- */
 enum egr_stat {
 	EGR_STAT_CONNECT_ALLOW = 0,

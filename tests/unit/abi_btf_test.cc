@@ -71,6 +71,32 @@ const std::vector<AbiStruct>& CxxLayouts() {
       EGR_STRUCT(egr_dnsep_val, EGR_FIELD(egr_dnsep_val, sandbox_id)),
       EGR_STRUCT(egr_config_val, EGR_FIELD(egr_config_val, node_netns_cookie),
                  EGR_FIELD(egr_config_val, flags), EGR_FIELD(egr_config_val, pad0)),
+      EGR_STRUCT(egr_event_key, EGR_FIELD(egr_event_key, sandbox_id),
+                 EGR_FIELD(egr_event_key, sock_cookie), EGR_FIELD(egr_event_key, daddr),
+                 EGR_FIELD(egr_event_key, dport), EGR_FIELD(egr_event_key, kind),
+                 EGR_FIELD(egr_event_key, action), EGR_FIELD(egr_event_key, reason),
+                 EGR_FIELD(egr_event_key, family), EGR_FIELD(egr_event_key, protocol),
+                 EGR_FIELD(egr_event_key, pad0), EGR_FIELD(egr_event_key, epoch),
+                 EGR_FIELD(egr_event_key, pad1)),
+      EGR_STRUCT(egr_event_task, EGR_FIELD(egr_event_task, cgroup_id),
+                 EGR_FIELD(egr_event_task, tgid), EGR_FIELD(egr_event_task, pid),
+                 EGR_FIELD(egr_event_task, uid), EGR_FIELD(egr_event_task, gid),
+                 EGR_FIELD(egr_event_task, comm)),
+      EGR_STRUCT(egr_event, EGR_FIELD(egr_event, key), EGR_FIELD(egr_event, task),
+                 EGR_FIELD(egr_event, boot_ns), EGR_FIELD(egr_event, seq),
+                 EGR_FIELD(egr_event, cpu), EGR_FIELD(egr_event, flags),
+                 EGR_FIELD(egr_event, pad0), EGR_FIELD(egr_event, match_id),
+                 EGR_FIELD(egr_event, pad1)),
+      EGR_STRUCT(egr_fold_val, EGR_FIELD(egr_fold_val, task),
+                 EGR_FIELD(egr_fold_val, first_boot_ns), EGR_FIELD(egr_fold_val, count),
+                 EGR_FIELD(egr_fold_val, flags), EGR_FIELD(egr_fold_val, pad0),
+                 EGR_FIELD(egr_fold_val, match_id)),
+      EGR_STRUCT(egr_loss_key, EGR_FIELD(egr_loss_key, sandbox_id),
+                 EGR_FIELD(egr_loss_key, epoch), EGR_FIELD(egr_loss_key, pad0)),
+      EGR_STRUCT(egr_loss_val, EGR_FIELD(egr_loss_val, lost)),
+      EGR_STRUCT(egr_budget_val, EGR_FIELD(egr_budget_val, tat_boot_ns)),
+      EGR_STRUCT(egr_auditctl_val, EGR_FIELD(egr_auditctl_val, epoch),
+                 EGR_FIELD(egr_auditctl_val, flags)),
   };
   return structs;
 }
@@ -108,6 +134,17 @@ const std::vector<AbiMap>& AbiMaps() {
       EGR_MAP(EGR_MAP_DNS, BPF_MAP_TYPE_HASH, __u64, struct egr_dns_val, EGR_MAX_DNS_ENDPOINTS),
       EGR_MAP(EGR_MAP_DNSEP, BPF_MAP_TYPE_HASH, struct egr_dnsep_key, struct egr_dnsep_val,
               EGR_MAX_DNS_ENDPOINTS),
+      // A ring buffer has neither key nor value: its size is max_entries.
+      AbiMap{EGR_MAP_EVENTS, BPF_MAP_TYPE_RINGBUF, 0, 0, EGR_EVENT_RING_BYTES, "", ""},
+      EGR_MAP(EGR_MAP_FOLD, BPF_MAP_TYPE_HASH, struct egr_event_key, struct egr_fold_val,
+              EGR_MAX_FOLDS),
+      EGR_MAP(EGR_MAP_LOSS, BPF_MAP_TYPE_HASH, struct egr_loss_key, struct egr_loss_val,
+              EGR_MAX_LOSS),
+      EGR_MAP(EGR_MAP_BUDGET, BPF_MAP_TYPE_HASH, __u64, struct egr_budget_val, EGR_MAX_CGROUPS),
+      EGR_MAP(EGR_MAP_AUDITCTL, BPF_MAP_TYPE_ARRAY, __u32, struct egr_auditctl_val, 1),
+      EGR_MAP(EGR_MAP_AUDITSEQ, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, __u64, 1),
+      // A map of maps holds map fds (4 bytes); its inner array is a template.
+      AbiMap{EGR_MAP_RCUSYNC, BPF_MAP_TYPE_ARRAY_OF_MAPS, 4, 4, 1, "__u32", ""},
   };
   return maps;
 }

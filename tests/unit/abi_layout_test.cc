@@ -96,6 +96,63 @@ EGR_PIN_OFFSET(egr_config_val, node_netns_cookie, 0);
 EGR_PIN_OFFSET(egr_config_val, flags, 8);
 EGR_PIN_OFFSET(egr_config_val, pad0, 12);
 
+// The audit trail (issue 13).
+EGR_PIN_SIZE(egr_event_key, 48);
+EGR_PIN_OFFSET(egr_event_key, sandbox_id, 0);
+EGR_PIN_OFFSET(egr_event_key, sock_cookie, 8);
+EGR_PIN_OFFSET(egr_event_key, daddr, 16);
+EGR_PIN_OFFSET(egr_event_key, dport, 32);
+EGR_PIN_OFFSET(egr_event_key, kind, 34);
+EGR_PIN_OFFSET(egr_event_key, action, 35);
+EGR_PIN_OFFSET(egr_event_key, reason, 36);
+EGR_PIN_OFFSET(egr_event_key, family, 37);
+EGR_PIN_OFFSET(egr_event_key, protocol, 38);
+EGR_PIN_OFFSET(egr_event_key, pad0, 39);
+EGR_PIN_OFFSET(egr_event_key, epoch, 40);
+EGR_PIN_OFFSET(egr_event_key, pad1, 44);
+
+EGR_PIN_SIZE(egr_event_task, 40);
+EGR_PIN_OFFSET(egr_event_task, cgroup_id, 0);
+EGR_PIN_OFFSET(egr_event_task, tgid, 8);
+EGR_PIN_OFFSET(egr_event_task, pid, 12);
+EGR_PIN_OFFSET(egr_event_task, uid, 16);
+EGR_PIN_OFFSET(egr_event_task, gid, 20);
+EGR_PIN_OFFSET(egr_event_task, comm, 24);
+
+EGR_PIN_SIZE(egr_event, 120);
+EGR_PIN_OFFSET(egr_event, key, 0);
+EGR_PIN_OFFSET(egr_event, task, 48);
+EGR_PIN_OFFSET(egr_event, boot_ns, 88);
+EGR_PIN_OFFSET(egr_event, seq, 96);
+EGR_PIN_OFFSET(egr_event, cpu, 104);
+EGR_PIN_OFFSET(egr_event, flags, 108);
+EGR_PIN_OFFSET(egr_event, pad0, 110);
+EGR_PIN_OFFSET(egr_event, match_id, 112);
+EGR_PIN_OFFSET(egr_event, pad1, 116);
+
+EGR_PIN_SIZE(egr_fold_val, 64);
+EGR_PIN_OFFSET(egr_fold_val, task, 0);
+EGR_PIN_OFFSET(egr_fold_val, first_boot_ns, 40);
+EGR_PIN_OFFSET(egr_fold_val, count, 48);
+EGR_PIN_OFFSET(egr_fold_val, flags, 56);
+EGR_PIN_OFFSET(egr_fold_val, pad0, 58);
+EGR_PIN_OFFSET(egr_fold_val, match_id, 60);
+
+EGR_PIN_SIZE(egr_loss_key, 16);
+EGR_PIN_OFFSET(egr_loss_key, sandbox_id, 0);
+EGR_PIN_OFFSET(egr_loss_key, epoch, 8);
+EGR_PIN_OFFSET(egr_loss_key, pad0, 12);
+
+EGR_PIN_SIZE(egr_loss_val, 8);
+EGR_PIN_OFFSET(egr_loss_val, lost, 0);
+
+EGR_PIN_SIZE(egr_budget_val, 8);
+EGR_PIN_OFFSET(egr_budget_val, tat_boot_ns, 0);
+
+EGR_PIN_SIZE(egr_auditctl_val, 8);
+EGR_PIN_OFFSET(egr_auditctl_val, epoch, 0);
+EGR_PIN_OFFSET(egr_auditctl_val, flags, 4);
+
 // Values stored in the __u8 fields of egr_policy_val: they must fit.
 static_assert(EGR_VERDICT_DENY == 0 && EGR_VERDICT_ALLOW == 1);
 static_assert(EGR_ACTION_REJECT == 0 && EGR_ACTION_DROP == 1);
@@ -118,7 +175,9 @@ TEST(AbiLayout, MapNamesFitAndCarryVersion) {
   const char* const names[] = {
       EGR_MAP_CGROUPS,  EGR_MAP_POLICY,   EGR_MAP_ALLOW4, EGR_MAP_ALLOW6,
       EGR_MAP_PROT4,    EGR_MAP_PROT6,    EGR_MAP_RESOLVED, EGR_MAP_SOCK,
-      EGR_MAP_CONFIG,   EGR_MAP_STATS,
+      EGR_MAP_CONFIG,   EGR_MAP_STATS,  EGR_MAP_DNS,    EGR_MAP_DNSEP,
+      EGR_MAP_EVENTS,   EGR_MAP_FOLD,   EGR_MAP_LOSS,   EGR_MAP_BUDGET,
+      EGR_MAP_AUDITCTL, EGR_MAP_AUDITSEQ, EGR_MAP_RCUSYNC,
   };
   for (const char* n : names) {
     const std::string name(n);
