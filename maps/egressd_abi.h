@@ -230,6 +230,28 @@ struct egr_dnsep_val {
 #define EGR_AUDIT_BURST 8192
 #define EGR_AUDIT_RATE_PER_S 50000
 
+/* Why a hook decided what it did (bpf/lib/decision.h), as the audit record
+ * carries it. */
+enum egr_reason {
+	EGR_REASON_NOT_SANDBOX = 0, /* no registered cgroup above: untouched */
+	EGR_REASON_CONTAINED,       /* below a contained root, not registered */
+	EGR_REASON_NO_POLICY,       /* a dangling policy id: fails closed */
+	EGR_REASON_PROTECTED,       /* a protected range, whatever else allows */
+	EGR_REASON_ALLOWED,         /* an allowed CIDR (and port) */
+	EGR_REASON_RESOLVED,        /* an address the DNS proxy resolved */
+	EGR_REASON_DEFAULT,         /* nothing matched: the policy's default */
+	EGR_REASON_OWN_LOOPBACK,    /* loopback of the sandbox's own netns */
+	EGR_REASON_CONNECTED,       /* a packet of a connection connect() allowed */
+	EGR_REASON_INBOUND_TCP,     /* a TCP socket never connect()ed: inbound */
+	EGR_REASON_NOT_IP,          /* no IP destination to judge */
+	EGR_REASON_MALFORMED,       /* unparseable, too deep, or source-routed */
+	EGR_REASON_ROUTING_HOP,     /* a routing-header hop is not allowed */
+	EGR_REASON_FAMILY,          /* a socket family (or a send on it) not allowed */
+	EGR_REASON_FOREIGN_PEER,    /* an abstract unix peer outside the sandbox */
+	EGR_REASON_LOOPBACK_LEAVES, /* a loopback destination on a real link */
+	EGR_REASON_UNRECORDED_OPEN, /* a TCP SYN no allowed connect() recorded */
+};
+
 enum egr_event_kind {
 	EGR_EVENT_CONNECT = 1,  /* a connect() judged */
 	EGR_EVENT_SEND = 2,     /* an unconnected send judged */

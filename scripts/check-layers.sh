@@ -4,7 +4,8 @@
 #   scripts/check-layers.sh [REPO]
 # Layers, lowest first (a layer may use itself and anything listed before it):
 #   userspace/common → userspace/net → userspace/policy → maps → loader
-#   → userspace/control;  userspace/sandbox uses common only;  bpf/ uses
+#   → userspace/control → userspace/audit (of maps/ only the ABI header and
+#   the libbpf-free event_ring.h);  userspace/sandbox uses common only;  bpf/ uses
 #   bpf/lib and maps/egressd_abi.h only;  tools/ and tests/ may use anything.
 set -euo pipefail
 repo=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -19,6 +20,7 @@ rules=(
   "maps|userspace/common/ userspace/net/ userspace/policy/ maps/|egr_abi egr_common egr_net egr_policy egr_maps"
   "loader|userspace/common/ userspace/net/ userspace/policy/ maps/ loader/ egressd.skel.h|egr_abi egr_common egr_net egr_policy egr_maps egr_bpf_skel egr_loader"
   "userspace/control|userspace/common/ userspace/net/ userspace/policy/ maps/ userspace/control/|egr_abi egr_common egr_net egr_policy egr_policy_json egr_maps egr_control"
+  "userspace/audit|userspace/common/ userspace/net/ userspace/policy/ maps/egressd_abi.h maps/event_ring.h userspace/control/ userspace/audit/|egr_abi egr_common egr_net egr_policy egr_maps egr_control egr_audit"
   "bpf|lib/ maps/egressd_abi.h vmlinux.h vmlinux/|"
 )
 

@@ -3,8 +3,7 @@
  * decision function returns a struct egr_decision; each SEC() entry point
  * maps it to its own return codes (sock_addr, cgroup_skb, and later tc), so
  * one judgement serves every hook and the reason is at hand for the audit
- * trail.  When the audit record carries the reason across the BPF boundary,
- * enum egr_reason moves to maps/egressd_abi.h. */
+ * trail. */
 #ifndef EGRESSD_BPF_LIB_DECISION_H
 #define EGRESSD_BPF_LIB_DECISION_H
 
@@ -16,25 +15,8 @@ enum egr_action {
 	EGR_DENY_DROP,   /* refuse silently: the caller sees a timeout */
 };
 
-enum egr_reason {
-	EGR_REASON_NOT_SANDBOX = 0, /* no registered cgroup above: untouched */
-	EGR_REASON_CONTAINED,       /* below a contained root, not registered */
-	EGR_REASON_NO_POLICY,       /* a dangling policy id: fails closed */
-	EGR_REASON_PROTECTED,       /* a protected range, whatever else allows */
-	EGR_REASON_ALLOWED,         /* an allowed CIDR (and port) */
-	EGR_REASON_RESOLVED,        /* an address the DNS proxy resolved */
-	EGR_REASON_DEFAULT,         /* nothing matched: the policy's default */
-	EGR_REASON_OWN_LOOPBACK,    /* loopback of the sandbox's own netns */
-	EGR_REASON_CONNECTED,       /* a packet of a connection connect() allowed */
-	EGR_REASON_INBOUND_TCP,     /* a TCP socket never connect()ed: inbound */
-	EGR_REASON_NOT_IP,          /* no IP destination to judge */
-	EGR_REASON_MALFORMED,       /* unparseable, too deep, or source-routed */
-	EGR_REASON_ROUTING_HOP,     /* a routing-header hop is not allowed */
-	EGR_REASON_FAMILY,          /* a socket family (or a send on it) not allowed */
-	EGR_REASON_FOREIGN_PEER,    /* an abstract unix peer outside the sandbox */
-	EGR_REASON_LOOPBACK_LEAVES, /* a loopback destination on a real link */
-	EGR_REASON_UNRECORDED_OPEN, /* a TCP SYN no allowed connect() recorded */
-};
+/* enum egr_reason is in maps/egressd_abi.h: the audit record carries it. */
+
 
 struct egr_decision {
 	__u8 action; /* enum egr_action */

@@ -90,6 +90,8 @@ const char* const kDefaultPayload = "ping\n";
 
 // Operation families (arguments already validated by probe_main.cc).
 void OpTcp(const Op& op);
+void OpUdpBurst(const Op& op);
+void OpTcpBurst(const Op& op);
 void OpTfo(const Op& op);
 void OpUringConnect(const Op& op);
 void OpSoMark(const Op& op);

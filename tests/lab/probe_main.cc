@@ -60,6 +60,8 @@ Network operations:
                                 MPTCP connect + echo, echoing on for N ms (or until the
                                 path manager created a subflow): "subflows" it created
   mptcp-serve PORT              MPTCP echo server on 0.0.0.0:PORT ({"state":"listening"})
+  udp-burst ADDR PORT N         N sendto() of one byte on one socket: {"sent","refused","other"}
+  tcp-burst ADDR PORT N         N sockets connect()ed and closed: {"connected","refused","other"}
   scm-give PATH                 offer a fresh TCP socket over SCM_RIGHTS on unix PATH
   scm-connect PATH ADDR PORT    receive a socket from PATH, connect it to ADDR PORT, echo
   hold ADDR PORT [--interval-ms N] [--count K] [--timeout-ms T]
@@ -152,6 +154,8 @@ const std::vector<OpSpec>& Specs() {
       {"info", {}, OpInfo},
       {"open-write", {A::kText}, OpOpenWrite},
       {"unix-path-connect", {A::kText}, OpUnixPathConnect},
+      {"udp-burst", {A::kAddr, A::kPort, A::kInt}, OpUdpBurst},
+      {"tcp-burst", {A::kAddr, A::kPort, A::kInt}, OpTcpBurst},
   };
   return specs;
 }

@@ -5,8 +5,11 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -28,6 +31,8 @@
 #include "userspace/common/cgroup_tree.h"
 #include "userspace/control/reconcile.h"
 #include "userspace/control/registry.h"
+#include "userspace/audit/line_file.h"
+#include "userspace/audit/trail.h"
 
 namespace egressd::cli {
 namespace {
@@ -183,6 +188,13 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   WarnIfNotWritable(spec, !run.workdir.empty());
 
   if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
+  // --audit FILE: opened (and so checked) before anything is created.
+  std::optional<audit::LineFile> audit_file;
+  if (!run.audit.empty() && run.audit != "-") {
+    auto f = audit::LineFile::Open(run.audit);
+    if (!f.ok()) return Report(absl::InvalidArgumentError(absl::StrCat("--audit ", f.status().message())));
+    audit_file = *std::move(f);
+  }
 
   if (auto s = EnsureLoaded(paths); !s.ok()) return Report(s);
   if (auto s = ChooseSocketContainment(paths, flags.require_socket_containment, spec); !s.ok()) {
@@ -212,10 +224,37 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   spdlog::info("sandbox {} (cgroup id {}) registered; running {}", spec.cgroup_dir, *id, command[0]);
   CrashPoint("run:registered");
 
+  // The sandbox's audit lines, complete: the reader finishes only once every
+  // occurrence up to the command's end is written (userspace/audit/trail.h).
+  std::atomic<bool> command_done{false};
+  absl::Status audit_status;
+  std::thread audit_reader;
+  if (!run.audit.empty()) {
+    audit_reader = std::thread([&, sandbox_id = *id] {
+      audit::TrailOptions o;
+      o.sandbox_id = sandbox_id;
+      auto out = [&](const std::string& line) {
+        if (audit_file) {
+          audit_file->Write(line);
+        } else {
+          std::fwrite(line.data(), 1, line.size(), stdout);
+          std::fputc('\n', stdout);
+          std::fflush(stdout);
+        }
+      };
+      audit_status = audit::ReadTrail(paths, o, out, [&] { return command_done.load(); });
+    });
+  }
+
   auto code = sandbox::RunIsolated(spec);
 
   // Kill whatever the command left behind before its policy goes away.
   absl::Status cleanup = KillAndRemoveCgroup(spec.cgroup_dir);
+  if (audit_reader.joinable()) {
+    command_done = true;
+    audit_reader.join();
+    if (!audit_status.ok()) spdlog::error("--audit: {}", audit_status.ToString());
+  }
   if (cleanup.ok()) cleanup = registry.Unregister(*id);
   if (!cleanup.ok()) spdlog::error("cleaning up sandbox {}: {}", spec.cgroup_dir, cleanup.ToString());
   if (!code.ok()) return Report(code.status());

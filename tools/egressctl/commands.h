@@ -67,10 +67,22 @@ struct RunFlags {
   std::string workdir;                // --workdir; empty: the current directory
   std::vector<std::string> writable;  // --writable
   std::vector<std::string> readable;  // --readable
+  std::string audit;                  // --audit FILE|-: this sandbox's audit lines; empty: none
 };
 
 int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox, const RunFlags& run,
            const std::vector<std::string>& command);
+
+// egressctl audit (docs/audit.md).
+struct AuditFlags {
+  std::string input;    // a JSON-lines file; empty: the kernel's trail
+  bool follow = false;  // keep reading
+  std::string sandbox;  // a sandbox id (its cgroup id); empty: every sandbox
+  std::string verdict;  // allow | deny; empty: both
+  std::string output = "json";  // json | compact
+  int window_ms = 1000;         // fold window while this process reads the ring
+};
+int CmdAudit(const Paths& paths, const AuditFlags& flags);
 
 // policy check: exit 0 (printing a summary) or 2 (printing every problem).
 int CmdPolicyCheck(const PolicyFlags& flags);

@@ -143,6 +143,15 @@ int main(int argc, char** argv) {
   cli::PolicyFlags run_flags;
   cli::RunFlags run_as;
   std::vector<std::string> command;
+
+  cli::AuditFlags audit_flags;
+  auto* audit = app.add_subcommand("audit", "The audit trail as JSON lines (docs/audit.md)");
+  audit->add_option("--input", audit_flags.input, "Read a JSON-lines file instead of the kernel's trail");
+  audit->add_flag("--follow", audit_flags.follow, "Keep reading (until SIGINT/SIGTERM)");
+  audit->add_option("--sandbox", audit_flags.sandbox, "Only this sandbox (its id: the cgroup id)");
+  audit->add_option("--verdict", audit_flags.verdict, "allow | deny");
+  audit->add_option("-o,--output", audit_flags.output, "json (default) | compact");
+  audit->add_option("--window-ms", audit_flags.window_ms, "Fold window while reading the ring (default 1000)");
   auto* run = app.add_subcommand("run", "Run a command in a fresh transient sandbox");
   AddPolicyFlags(run, run_flags, after_parse);
   AddSandboxFlags(run, run_sandbox);
@@ -170,6 +179,8 @@ int main(int argc, char** argv) {
       ->type_size(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  run->add_option("--audit", run_as.audit,
+                  "Write this sandbox's audit lines (JSON) to FILE, or - for stdout, complete when run exits");
   run->add_option("command", command, "-- CMD [ARGS...]")->required();
 
   auto* policy = app.add_subcommand("policy", "Check or compile a policy without applying it (no root needed)");
@@ -208,6 +219,7 @@ int main(int argc, char** argv) {
   if (*remove) return cli::CmdSandboxRemove(paths, cgroup);
   if (*contain) return cli::CmdSandboxContain(paths, cgroup);
   if (*run) return cli::CmdRun(paths, run_flags, run_sandbox, run_as, command);
+  if (*audit) return cli::CmdAudit(paths, audit_flags);
   if (*check) return cli::CmdPolicyCheck(check_flags);
   if (*compile) return cli::CmdPolicyCompile(compile_flags, format);
   return cli::kExitBadInput;

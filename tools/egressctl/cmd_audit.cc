@@ -1,0 +1,131 @@
+// egressctl audit: the audit trail as JSON lines (docs/audit.md), from a file
+// (--input) or from the kernel, reading the ring itself when no other reader
+// does and tailing the reader's spool otherwise.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tools/egressctl/commands.h"
+#include "userspace/audit/record.h"
+#include "userspace/audit/trail.h"
+
+namespace egressd::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop = true; }
+
+// Prints the lines that pass the filter, in the form asked.
+class Printer {
+ public:
+  Printer(const audit::Filter& filter, bool compact) : filter_(filter), compact_(compact) {}
+
+  void operator()(const std::string& line) {
+    nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
+    if (r.is_discarded()) {
+      ++bad_;
+      return;
+    }
+    if (!audit::Matches(r, filter_)) return;
+    const std::string text = compact_ ? audit::Compact(r) : line;
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  int bad() const { return bad_; }
+
+ private:
+  audit::Filter filter_;
+  bool compact_;
+  int bad_ = 0;
+};
+
+int FromFile(const AuditFlags& flags, Printer& print) {
+  std::ifstream in(flags.input);
+  if (!in) {
+    std::fprintf(stderr, "egressctl: --input %s: cannot open\n", flags.input.c_str());
+    return kExitBadInput;
+  }
+  std::string line, partial;
+  for (;;) {
+    while (std::getline(in, line)) {
+      if (in.eof()) {  // no newline yet: a line still being written
+        partial += line;
+        break;
+      }
+      print(partial + line);
+      partial.clear();
+    }
+    if (!flags.follow || g_stop) break;
+    in.clear();
+    usleep(100 * 1000);  // tail -f: the writer gives no signal to wait on
+  }
+  if (print.bad()) {
+    std::fprintf(stderr, "egressctl: --input %s: %d lines were not JSON\n", flags.input.c_str(), print.bad());
+    return kExitBadInput;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int CmdAudit(const Paths& paths, const AuditFlags& flags) {
+  audit::Filter filter;
+  if (!flags.sandbox.empty()) {
+    uint64_t id = 0;
+    if (!absl::SimpleAtoi(flags.sandbox, &id) || id == 0) {
+      std::fprintf(stderr, "egressctl: --sandbox \"%s\": not a sandbox id (its cgroup id)\n", flags.sandbox.c_str());
+      return kExitBadInput;
+    }
+    filter.sandbox = id;
+  }
+  if (!flags.verdict.empty()) {
+    if (flags.verdict != "allow" && flags.verdict != "deny") {
+      std::fprintf(stderr, "egressctl: --verdict \"%s\": allow or deny\n", flags.verdict.c_str());
+      return kExitBadInput;
+    }
+    filter.verdict = flags.verdict;
+  }
+  if (flags.output != "json" && flags.output != "compact") {
+    std::fprintf(stderr, "egressctl: -o \"%s\": json or compact\n", flags.output.c_str());
+    return kExitBadInput;
+  }
+  if (flags.window_ms <= 0) {
+    std::fprintf(stderr, "egressctl: --window-ms %d: must be positive\n", flags.window_ms);
+    return kExitBadInput;
+  }
+  Printer print(filter, flags.output == "compact");
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  if (!flags.input.empty()) return FromFile(flags, print);
+
+  audit::TrailOptions o;
+  o.window_ms = flags.window_ms;
+  o.sandbox_id = filter.sandbox.value_or(0);
+  o.from_end = flags.follow;
+  // Without --follow: what the kernel holds now, then exit.
+  bool once = false;
+  auto done = [&] {
+    if (flags.follow) return g_stop.load();
+    return std::exchange(once, true);
+  };
+  absl::Status s = audit::ReadTrail(paths, o, [&](const std::string& line) { print(line); }, done);
+  if (!s.ok()) {
+    std::fprintf(stderr, "egressctl: audit: %s\n", s.ToString().c_str());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace egressd::cli

@@ -1,0 +1,233 @@
+#include "userspace/audit/record.h"
+
+#include <array>
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "userspace/net/ip.h"
+
+namespace egressd::audit {
+namespace {
+
+constexpr uint8_t kAfInet = 2;
+
+const char* BareReason(uint8_t reason, uint8_t action) {
+  switch (reason) {
+    case EGR_REASON_NOT_SANDBOX: return "not-sandbox";
+    case EGR_REASON_CONTAINED: return "contained-root";
+    case EGR_REASON_NO_POLICY: return "no-policy";
+    case EGR_REASON_PROTECTED: return "protected";
+    case EGR_REASON_ALLOWED: return "allowed-cidr";
+    case EGR_REASON_RESOLVED: return "resolved-name";
+    case EGR_REASON_DEFAULT: return action == 0 ? "default-allow" : "default-deny";
+    case EGR_REASON_OWN_LOOPBACK: return "own-loopback";
+    case EGR_REASON_CONNECTED: return "connected";
+    case EGR_REASON_INBOUND_TCP: return "inbound-tcp";
+    case EGR_REASON_NOT_IP: return "not-ip";
+    case EGR_REASON_MALFORMED: return "malformed";
+    case EGR_REASON_ROUTING_HOP: return "routing-hop";
+    case EGR_REASON_FAMILY: return "family";
+    case EGR_REASON_FOREIGN_PEER: return "foreign-peer";
+    case EGR_REASON_LOOPBACK_LEAVES: return "loopback-leaves";
+    case EGR_REASON_UNRECORDED_OPEN: return "unrecorded-open";
+  }
+  return nullptr;
+}
+
+const char* KindName(uint8_t kind) {
+  switch (kind) {
+    case EGR_EVENT_CONNECT: return "connect";
+    case EGR_EVENT_SEND: return "send";
+    case EGR_EVENT_BACKSTOP: return "backstop";
+  }
+  return "unknown";
+}
+
+const char* ActionName(uint8_t action) {
+  switch (action) {
+    case 0: return "pass";
+    case 1: return "reject";
+    case 2: return "drop";
+  }
+  return "unknown";
+}
+
+const char* L4Name(uint8_t proto, bool v4) {
+  switch (proto) {
+    case 6: return "TCP";
+    case 17: return "UDP";
+    case 136: return "UDPLite";
+    case 132: return "SCTP";
+    case 33: return "DCCP";
+    case 1: return "ICMPv4";
+    case 58: return "ICMPv6";
+  }
+  (void)v4;
+  return nullptr;
+}
+
+void PutSandbox(nlohmann::json& j, uint64_t sandbox_id, const std::optional<SandboxInfo>& sb) {
+  j["sandbox"]["id"] = sandbox_id;
+  if (!sb) return;
+  j["sandbox"]["labels"] = sb->labels;
+  auto pod = sb->labels.find("pod");
+  auto ns = sb->labels.find("namespace");
+  if (pod != sb->labels.end()) j["pod"]["name"] = pod->second;
+  if (ns != sb->labels.end()) j["pod"]["namespace"] = ns->second;
+  for (const char* k : {"task", "run"}) {
+    auto it = sb->labels.find(k);
+    if (it != sb->labels.end()) j[k] = it->second;
+  }
+}
+
+void PutFlow(nlohmann::json& j, const egr_event_key& k) {
+  j["type"] = KindName(k.kind);
+  j["verdict"] = k.action == 0 ? "allow" : "deny";
+  j["action"] = ActionName(k.action);
+  j["reason"] = ReasonName(k.kind, k.action, k.reason);
+  if (k.family == 0) return;  // a backstop drop whose header could not be read
+  std::array<uint8_t, 16> b;
+  __builtin_memcpy(b.data(), k.daddr, 16);
+  const net::IpAddr dst = net::IpAddr::V6(b);
+  j["IP"]["destination"] = dst.ToString();
+  j["IP"]["ipVersion"] = dst.is_v4() ? "IPv4" : "IPv6";
+  if (k.family != kAfInet && dst.is_v4()) j["IP"]["v4_mapped"] = true;
+  const char* l4 = L4Name(k.protocol, dst.is_v4());
+  if (l4) {
+    j["l4"][l4] = nlohmann::json::object();
+    if (k.dport) j["l4"][l4]["destination_port"] = k.dport;
+  } else {
+    j["l4"]["protocol"] = k.protocol;
+  }
+}
+
+void PutTask(nlohmann::json& j, const egr_event_task& t, uint16_t flags) {
+  j["cgroup_id"] = t.cgroup_id;
+  if (flags & EGR_EVENT_HAS_TASK) {
+    j["process"]["pid"] = t.tgid;
+    j["process"]["tid"] = t.pid;
+    j["process"]["binary"] = std::string(t.comm, strnlen(t.comm, sizeof(t.comm)));
+  }
+  if (flags & EGR_EVENT_HAS_UID) {
+    j["process"]["uid"] = t.uid;
+    if (flags & EGR_EVENT_HAS_TASK) j["process"]["gid"] = t.gid;
+  }
+}
+
+}  // namespace
+
+std::string ReasonName(uint8_t kind, uint8_t action, uint8_t reason) {
+  const char* bare = BareReason(reason, action);
+  std::string name = bare ? bare : absl::StrCat("reason-", reason);
+  return kind == EGR_EVENT_BACKSTOP ? absl::StrCat("backstop:", name) : name;
+}
+
+std::string FormatTime(uint64_t realtime_ns) {
+  const time_t secs = static_cast<time_t>(realtime_ns / 1000000000ull);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  return absl::StrFormat("%04d-%02d-%02dT%02d:%02d:%02d.%09uZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                         tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                         static_cast<unsigned>(realtime_ns % 1000000000ull));
+}
+
+nlohmann::json EventJson(const egr_event& e, uint64_t realtime_ns,
+                         const std::optional<SandboxInfo>& sandbox) {
+  nlohmann::json j;
+  j["schema"] = kSchema;
+  j["time"] = FormatTime(realtime_ns);
+  PutFlow(j, e.key);
+  j["count"] = 1;
+  PutSandbox(j, e.key.sandbox_id, sandbox);
+  PutTask(j, e.task, e.flags);
+  if (e.match_id) j["match"]["name_id"] = e.match_id;
+  j["kernel"] = {{"cpu", e.cpu}, {"seq", e.seq}, {"boot_ns", e.boot_ns}};
+  return j;
+}
+
+nlohmann::json SummaryJson(const egr_event_key& k, const egr_fold_val& v, uint64_t first_realtime_ns,
+                           uint64_t now_realtime_ns, const std::optional<SandboxInfo>& sandbox) {
+  nlohmann::json j;
+  j["schema"] = kSchema;
+  j["time"] = FormatTime(now_realtime_ns);
+  PutFlow(j, k);
+  j["summary"] = true;  // `count` occurrences folded in the kernel
+  j["count"] = v.count;
+  j["first_time"] = FormatTime(first_realtime_ns);
+  PutSandbox(j, k.sandbox_id, sandbox);
+  PutTask(j, v.task, v.flags);
+  if (v.match_id) j["match"]["name_id"] = v.match_id;
+  return j;
+}
+
+nlohmann::json LossJson(uint64_t sandbox_id, uint64_t lost, uint64_t now_realtime_ns,
+                        const std::optional<SandboxInfo>& sandbox) {
+  nlohmann::json j;
+  j["schema"] = kSchema;
+  j["time"] = FormatTime(now_realtime_ns);
+  j["type"] = "loss";
+  j["lost"] = lost;
+  if (sandbox_id) PutSandbox(j, sandbox_id, sandbox);
+  return j;
+}
+
+nlohmann::json GapJson(uint32_t cpu, uint64_t first, uint64_t last, uint64_t now_realtime_ns) {
+  nlohmann::json j;
+  j["schema"] = kSchema;
+  j["time"] = FormatTime(now_realtime_ns);
+  j["type"] = "gap";
+  j["kernel"] = {{"cpu", cpu}, {"first_seq", first}, {"last_seq", last}};
+  j["lost"] = last - first + 1;
+  return j;
+}
+
+std::string Line(nlohmann::json& record, uint64_t seq) {
+  record["seq"] = seq;
+  // dump() escapes control characters, so a comm with a newline stays one line.
+  return record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+bool Matches(const nlohmann::json& r, const Filter& f) {
+  if (f.sandbox) {
+    if (!r.contains("sandbox") || r["sandbox"].value("id", uint64_t{0}) != *f.sandbox) return false;
+  }
+  if (f.verdict) {
+    if (!r.contains("verdict") || r["verdict"] != *f.verdict) return false;
+  }
+  return true;
+}
+
+std::string Compact(const nlohmann::json& r) {
+  std::string out = absl::StrCat(r.value("time", ""), " #", r.value("seq", uint64_t{0}), " ",
+                                 r.value("type", "?"));
+  if (r.contains("sandbox")) absl::StrAppend(&out, " sandbox=", r["sandbox"].value("id", uint64_t{0}));
+  if (r.contains("pod")) {
+    absl::StrAppend(&out, " pod=", r["pod"].value("namespace", ""), "/", r["pod"].value("name", ""));
+  }
+  if (r.contains("verdict")) absl::StrAppend(&out, " ", r.value("verdict", ""), " (", r.value("reason", ""), ")");
+  if (r.contains("IP")) {
+    std::string l4 = "ip", port;
+    if (r.contains("l4")) {
+      for (auto& [name, v] : r["l4"].items()) {
+        if (v.is_object()) {
+          l4 = name;
+          if (v.contains("destination_port")) port = absl::StrCat(":", v["destination_port"].get<int>());
+        }
+      }
+    }
+    absl::StrAppend(&out, " ", l4, " ", r["IP"].value("destination", ""), port);
+  }
+  if (r.contains("process")) {
+    const auto& p = r["process"];
+    if (p.contains("pid")) absl::StrAppend(&out, " pid=", p["pid"].get<uint64_t>());
+    if (p.contains("binary")) absl::StrAppend(&out, " comm=", p["binary"].get<std::string>());
+  }
+  if (r.contains("count") && r["count"].get<uint64_t>() != 1) {
+    absl::StrAppend(&out, " count=", r["count"].get<uint64_t>());
+  }
+  if (r.contains("lost")) absl::StrAppend(&out, " lost=", r["lost"].get<uint64_t>());
+  return out;
+}
+
+}  // namespace egressd::audit

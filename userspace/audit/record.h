@@ -1,0 +1,55 @@
+// One audit record as a JSON line (schema egressd.audit/v1, docs/audit.md):
+// field names follow Hubble's flow JSON and Tetragon's process events where
+// they fit (`time`, `verdict`, `IP.destination`, `l4.TCP.destination_port`,
+// `process.pid`, `pod.namespace`).  Pure functions of their inputs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "maps/egressd_abi.h"
+#include "userspace/control/sandbox_record.h"
+
+namespace egressd::audit {
+
+inline constexpr const char* kSchema = "egressd.audit/v1";
+
+// What the sandbox record says about a sandbox (absent: no record).
+struct SandboxInfo {
+  control::Labels labels;
+};
+
+// "allowed-cidr", "default-deny", "backstop:protected", ...
+std::string ReasonName(uint8_t kind, uint8_t action, uint8_t reason);
+// RFC 3339 in UTC with nanoseconds.
+std::string FormatTime(uint64_t realtime_ns);
+
+// A record off the ring (count 1).  realtime_ns: its time on the wall clock.
+nlohmann::json EventJson(const egr_event& e, uint64_t realtime_ns,
+                         const std::optional<SandboxInfo>& sandbox);
+// `count` more occurrences of `k` folded in the kernel during one window.
+nlohmann::json SummaryJson(const egr_event_key& k, const egr_fold_val& v, uint64_t first_realtime_ns,
+                           uint64_t now_realtime_ns, const std::optional<SandboxInfo>& sandbox);
+// `lost` occurrences of a sandbox neither recorded nor folded; sandbox_id 0:
+// no sandbox could be named (its loss counter could not be kept either).
+nlohmann::json LossJson(uint64_t sandbox_id, uint64_t lost, uint64_t now_realtime_ns,
+                        const std::optional<SandboxInfo>& sandbox);
+// Kernel records cpu:first..last that this reader never received (a reader
+// that died between taking them off the ring and writing them).
+nlohmann::json GapJson(uint32_t cpu, uint64_t first, uint64_t last, uint64_t now_realtime_ns);
+
+// One line: `seq` set, no newline inside.
+std::string Line(nlohmann::json& record, uint64_t seq);
+
+// egressctl audit's filters and its compact form.
+struct Filter {
+  std::optional<uint64_t> sandbox;
+  std::optional<std::string> verdict;  // "allow" or "deny"
+};
+bool Matches(const nlohmann::json& record, const Filter& f);
+std::string Compact(const nlohmann::json& record);
+
+}  // namespace egressd::audit

@@ -1,0 +1,140 @@
+#include "userspace/audit/trail.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <optional>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "maps/event_ring.h"
+#include "userspace/audit/reader_lock.h"
+#include "userspace/common/errors.h"
+
+namespace egressd::audit {
+namespace {
+
+constexpr int kPollMs = 50;
+
+// Reads whole lines of a growing file; keeps a partial last line for later.
+class Tail {
+ public:
+  explicit Tail(std::string path) : path_(std::move(path)) {}
+
+  absl::Status Open(bool from_end) {
+    if (fd_.get() >= 0) return absl::OkStatus();
+    int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return absl::OkStatus();  // not written yet
+      return ErrnoStatus(errno, absl::StrCat("open spool ", path_));
+    }
+    fd_.reset(fd);
+    if (from_end && lseek(fd, 0, SEEK_END) < 0) return ErrnoStatus(errno, absl::StrCat("seek ", path_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Read(const LineFn& out) {
+    if (fd_.get() < 0) return absl::OkStatus();
+    char buf[65536];
+    for (;;) {
+      ssize_t n = read(fd_.get(), buf, sizeof(buf));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(errno, absl::StrCat("read spool ", path_));
+      }
+      if (n == 0) return absl::OkStatus();
+      partial_.append(buf, n);
+      size_t start = 0, nl;
+      while ((nl = partial_.find('\n', start)) != std::string::npos) {
+        out(partial_.substr(start, nl - start));
+        start = nl + 1;
+      }
+      partial_.erase(0, start);
+    }
+  }
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+  std::string partial_;
+};
+
+// The holder's loop: the ring, the windows, the spools.
+absl::Status Hold(const Paths& paths, const TrailOptions& o, const LineFn& out,
+                  const std::function<bool()>& done, Tail& own_spool) {
+  // What the previous holder spooled of ours and we have not read yet.
+  EGR_RETURN_IF_ERROR(own_spool.Read(out));
+  EGR_ASSIGN_OR_RETURN(auto ring, maps::EventRing::Open(paths.pin_root));
+  ExporterOptions xo;
+  xo.state_path = AuditDir(paths) + "/state.json";
+  xo.spool_dir = SpoolDir(paths);
+  auto sink = [&](const nlohmann::json& record, const std::string& line) {
+    if (o.sandbox_id == 0 ||
+        (record.contains("sandbox") && record["sandbox"].value("id", uint64_t{0}) == o.sandbox_id) ||
+        record.value("type", "") == "gap") {
+      out(line);
+    }
+  };
+  EGR_ASSIGN_OR_RETURN(auto exporter, Exporter::Create(paths, xo, sink));
+  // Our own spool keeps growing while we hold (we write it): skip past it.
+  auto skip = [](const std::string&) {};
+  absl::Status failed;
+  auto on_event = [&](const egr_event& e) {
+    if (failed.ok()) failed = exporter->OnEvent(e);
+  };
+  auto close_window = [&]() -> absl::Status {
+    const uint64_t closing = BootNowNs();
+    EGR_ASSIGN_OR_RETURN(auto counts, ring.CloseWindow());
+    // Records put on the ring before the epoch moved are all there now.
+    for (;;) {
+      EGR_ASSIGN_OR_RETURN(int n, ring.Poll(0, on_event));
+      EGR_RETURN_IF_ERROR(failed);
+      if (n == 0) break;
+    }
+    EGR_RETURN_IF_ERROR(exporter->OnWindow(counts, closing));
+    return own_spool.Read(skip);
+  };
+  auto last_window = std::chrono::steady_clock::now();
+  bool finishing = false;
+  for (;;) {
+    if (!finishing && done()) finishing = true;
+    EGR_ASSIGN_OR_RETURN(int n, ring.Poll(finishing ? 0 : kPollMs, on_event));
+    EGR_RETURN_IF_ERROR(failed);
+    EGR_RETURN_IF_ERROR(own_spool.Read(skip));
+    if (finishing && n == 0) return close_window();
+    if (std::chrono::steady_clock::now() - last_window >= std::chrono::milliseconds(o.window_ms)) {
+      EGR_RETURN_IF_ERROR(close_window());
+      last_window = std::chrono::steady_clock::now();
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status ReadTrail(const Paths& paths, const TrailOptions& o, const LineFn& out,
+                       const std::function<bool()>& done) {
+  EGR_RETURN_IF_ERROR(MakeDirs(SpoolDir(paths), 0700));
+  Tail spool(SpoolPath(paths, o.sandbox_id));
+  EGR_RETURN_IF_ERROR(spool.Open(o.from_end));
+  std::optional<uint64_t> until;  // boot time done() said yes
+  for (;;) {
+    auto lock = ReaderLock::TryAcquire(paths);
+    if (lock.ok()) {
+      EGR_RETURN_IF_ERROR(spool.Open(o.from_end));
+      return Hold(paths, o, out, until ? [] { return true; } : done, spool);
+    }
+    if (!absl::IsUnavailable(lock.status())) return lock.status();
+    EGR_RETURN_IF_ERROR(spool.Open(o.from_end));
+    EGR_RETURN_IF_ERROR(spool.Read(out));
+    if (!until && done()) until = BootNowNs();
+    if (until && ReadProgress(paths) >= *until) return spool.Read(out);
+    // The holder writes; nothing to wait on but the file and its lock.
+    poll(nullptr, 0, kPollMs);
+  }
+}
+
+}  // namespace egressd::audit
