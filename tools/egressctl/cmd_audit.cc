@@ -113,7 +113,6 @@ int CmdAudit(const Paths& paths, const AuditFlags& flags) {
   audit::TrailOptions o;
   o.window_ms = flags.window_ms;
   o.sandbox_id = filter.sandbox.value_or(0);
-  o.from_end = flags.follow;
   // Without --follow: what the kernel holds now, then exit.
   bool once = false;
   auto done = [&] {

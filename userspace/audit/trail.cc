@@ -119,16 +119,16 @@ absl::Status ReadTrail(const Paths& paths, const TrailOptions& o, const LineFn& 
                        const std::function<bool()>& done) {
   EGR_RETURN_IF_ERROR(MakeDirs(SpoolDir(paths), 0700));
   Tail spool(SpoolPath(paths, o.sandbox_id));
-  EGR_RETURN_IF_ERROR(spool.Open(o.from_end));
+  EGR_RETURN_IF_ERROR(spool.Open(o.sandbox_id == 0));
   std::optional<uint64_t> until;  // boot time done() said yes
   for (;;) {
     auto lock = ReaderLock::TryAcquire(paths);
     if (lock.ok()) {
-      EGR_RETURN_IF_ERROR(spool.Open(o.from_end));
+      EGR_RETURN_IF_ERROR(spool.Open(o.sandbox_id == 0));
       return Hold(paths, o, out, until ? [] { return true; } : done, spool);
     }
     if (!absl::IsUnavailable(lock.status())) return lock.status();
-    EGR_RETURN_IF_ERROR(spool.Open(o.from_end));
+    EGR_RETURN_IF_ERROR(spool.Open(o.sandbox_id == 0));
     EGR_RETURN_IF_ERROR(spool.Read(out));
     if (!until && done()) until = BootNowNs();
     if (until && ReadProgress(paths) >= *until) return spool.Read(out);

@@ -20,8 +20,9 @@ struct TrailOptions {
   int window_ms = 1000;  // fold window: summaries come at least this often
   // 0: every sandbox (all.jsonl); else only this sandbox's spool and lines.
   uint64_t sandbox_id = 0;
-  // Followers of all.jsonl start at its end.
-  bool from_end = false;
+  // Where a sandbox's lines are read from its spool's start (what an
+  // earlier holder spooled of it), every sandbox's lines start at the end of
+  // all.jsonl: what is there was for readers before.
 };
 
 // Called with each line of the selected sandbox(es), whole, no newline.
