@@ -141,6 +141,27 @@ TEST_F(Audit, ConnectsAllowedAndDeniedAreRecordedWithTheirFields) {
   }
 }
 
+// What only the backstop sees (a raw socket passes no connect or sendmsg
+// hook) is a record of the packet it dropped, without a process: the
+// backstop may run in softirq, where "current" is not the sender.
+TEST_F(Audit, BackstopDropsAreRecordedWithoutAProcess) {
+  const std::string f = File("raw.jsonl");
+  RunResult r = Run(f, {}, {"raw-udp", kImds4, "7000"});
+  ASSERT_EQ(r.exit_code, 0) << last_;
+  EXPECT_ATTEMPTED(Only(r), last_);
+  std::vector<nlohmann::json> drops;
+  for (auto& j : ReadLines(f)) {
+    if (j["type"] == "backstop") drops.push_back(j);
+  }
+  ASSERT_EQ(drops.size(), 1u) << r.out;
+  EXPECT_EQ(drops[0]["verdict"], "deny");
+  EXPECT_EQ(drops[0]["reason"], "backstop:protected");
+  EXPECT_EQ(drops[0]["IP"]["destination"], kImds4);
+  EXPECT_EQ(drops[0]["l4"]["UDP"]["destination_port"], 7000);
+  EXPECT_FALSE(drops[0]["process"].contains("pid"));
+  EXPECT_EQ(drops[0]["process"]["uid"], 0);
+}
+
 TEST_F(Audit, DeniedUdpBurstAddsUpExactly) {
   const long long n = Scaled(1000000);
   const std::string f = File("burst.jsonl");

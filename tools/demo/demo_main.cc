@@ -5,6 +5,9 @@
 // under several policies as a hostile sandbox would (root, only CAP_NET_RAW),
 // and shows what each attempt got and what the lab host saw; then registers
 // a pod's cgroup as an orchestrator does (with labels) and shows its record.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -78,11 +81,16 @@ int main() {
       {"airgapped floor: literal address", {"--floor", "airgapped"}, {"tcp", kDns4, "443"}, kDns4},
   };
 
+  // Each scenario's audit lines (docs/audit.md), shown after the table.
+  const std::string audit_dir = "/run/egressd-demo-audit-" + (*lab)->id();
+  (void)mkdir(audit_dir.c_str(), 0700);
+  std::vector<std::pair<std::string, std::string>> audit_files;
   std::printf("%-40s %-34s %-22s %s\n", "scenario", "policy", "sandbox saw", "lab host received");
   std::printf("%s\n", std::string(120, '-').c_str());
   for (const auto& sc : scenarios) {
     (*lab)->ResetCounters();
-    std::vector<std::string> args = {"run"};
+    audit_files.emplace_back(sc.what, audit_dir + "/" + std::to_string(audit_files.size()) + ".jsonl");
+    std::vector<std::string> args = {"run", "--audit", audit_files.back().second};
     args.insert(args.end(), sc.policy.begin(), sc.policy.end());
     args.insert(args.end(), {"--", "setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--",
                              BinaryPath("egressd-probe")});
@@ -101,6 +109,13 @@ int main() {
     std::printf("%-40s %-34s %-22s %llu packet(s) at %s\n", sc.what.c_str(), policy.c_str(), saw.c_str(),
                 static_cast<unsigned long long>((*lab)->PacketsTo(sc.dst)), sc.dst);
   }
+  std::printf("\nThe audit trail of each scenario (egressctl audit --input FILE -o compact):\n");
+  for (const auto& [what, file] : audit_files) {
+    RunResult a = ctl_run({"audit", "--input", file, "-o", "compact"}, false);
+    std::printf("# %s\n%s%s", what.c_str(), a.out.c_str(), a.err.c_str());
+    (void)unlink(file.c_str());
+  }
+  (void)rmdir(audit_dir.c_str());
   RunResult bad = ctl_run({"run", "--egress", "169.254.0.0/16", "--", "true"}, true);
   show("egressctl run --egress 169.254.0.0/16 -- true", bad);
 
