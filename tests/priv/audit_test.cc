@@ -160,6 +160,17 @@ TEST_F(Audit, BackstopDropsAreRecordedWithoutAProcess) {
   EXPECT_EQ(drops[0]["l4"]["UDP"]["destination_port"], 7000);
   EXPECT_FALSE(drops[0]["process"].contains("pid"));
   EXPECT_EQ(drops[0]["process"]["uid"], 0);
+
+  const std::string g = File("icmp.jsonl");
+  r = Run(g, {}, {"raw-icmp", kImds4});
+  ASSERT_EQ(r.exit_code, 0) << last_;
+  drops.clear();
+  for (auto& j : ReadLines(g)) {
+    if (j["type"] == "backstop") drops.push_back(j);
+  }
+  ASSERT_EQ(drops.size(), 1u) << r.out;
+  EXPECT_EQ(drops[0]["reason"], "backstop:protected");
+  EXPECT_TRUE(drops[0]["l4"].contains("ICMPv4")) << drops[0].dump();
 }
 
 TEST_F(Audit, DeniedUdpBurstAddsUpExactly) {
