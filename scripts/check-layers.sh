@@ -3,7 +3,7 @@
 # a higher one.  Run by ctest (label unit) and usable alone:
 #   scripts/check-layers.sh [REPO]
 # Layers, lowest first (a layer may use itself and anything listed before it):
-#   userspace/common → userspace/net → userspace/policy → maps → loader
+#   userspace/common → userspace/net → userspace/policy → userspace/dns → maps → loader
 #   → userspace/control → userspace/audit (of maps/ only the ABI header and
 #   the libbpf-free event_ring.h);  userspace/sandbox uses common only;  bpf/ uses
 #   bpf/lib and maps/egressd_abi.h only;  tools/ and tests/ may use anything.
@@ -16,11 +16,12 @@ rules=(
   "userspace/common|userspace/common/|egr_common"
   "userspace/net|userspace/common/ userspace/net/|egr_common egr_net"
   "userspace/policy|userspace/common/ userspace/net/ userspace/policy/|egr_common egr_net egr_policy egr_policy_json"
+  "userspace/dns|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/|egr_common egr_net egr_policy egr_dns"
   "userspace/sandbox|userspace/common/ userspace/sandbox/|egr_common egr_sandbox"
-  "maps|userspace/common/ userspace/net/ userspace/policy/ maps/|egr_abi egr_common egr_net egr_policy egr_maps"
-  "loader|userspace/common/ userspace/net/ userspace/policy/ maps/ loader/ egressd.skel.h|egr_abi egr_common egr_net egr_policy egr_maps egr_bpf_skel egr_loader"
-  "userspace/control|userspace/common/ userspace/net/ userspace/policy/ maps/ userspace/control/|egr_abi egr_common egr_net egr_policy egr_policy_json egr_maps egr_control"
-  "userspace/audit|userspace/common/ userspace/net/ userspace/policy/ maps/egressd_abi.h maps/event_ring.h userspace/control/ userspace/audit/|egr_abi egr_common egr_net egr_policy egr_maps egr_control egr_audit"
+  "maps|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/|egr_abi egr_common egr_net egr_policy egr_maps"
+  "loader|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ loader/ egressd.skel.h|egr_abi egr_common egr_net egr_policy egr_maps egr_bpf_skel egr_loader"
+  "userspace/control|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ userspace/control/|egr_abi egr_common egr_net egr_policy egr_policy_json egr_maps egr_control"
+  "userspace/audit|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/egressd_abi.h maps/event_ring.h userspace/control/ userspace/audit/|egr_abi egr_common egr_net egr_policy egr_maps egr_control egr_audit"
   "bpf|lib/ maps/egressd_abi.h vmlinux.h vmlinux/|"
 )
 

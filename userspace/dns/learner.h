@@ -1,0 +1,44 @@
+// Where learned addresses go, and how long they live.  The proxy releases an
+// answer only after every write for it has returned (map first): a client can
+// never hold an address the kernel does not yet allow.  maps/resolved_table.h
+// writes egr_resolved_v1; tests use a fake.
+#ifndef EGRESSD_USERSPACE_DNS_LEARNER_H_
+#define EGRESSD_USERSPACE_DNS_LEARNER_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "userspace/net/ip.h"
+
+namespace egressd::dns {
+
+class LearnedAddressSink {
+ public:
+  virtual ~LearnedAddressSink() = default;
+  // Allows `addr` for `sandbox` until `expires_boot_ns` (CLOCK_BOOTTIME).
+  // Never shortens a later expiry already held.  Returns once the kernel
+  // holds it, or the reason it does not (map full, ENOMEM).
+  virtual absl::Status Learn(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns,
+                             uint32_t name_id) = 0;
+};
+
+// expiry = now + max(TTL, min_ttl) + grace.  The minimum covers clients that
+// keep an address for minutes whatever its TTL (gRPC channels, .NET, JVM
+// caches); the grace covers a connect that follows the answer's expiry by a
+// moment.  Issue 12 makes both configurable.
+struct Lifetime {
+  uint32_t min_ttl_s = 300;
+  uint32_t grace_s = 120;
+
+  uint64_t ExpiryNs(uint64_t now_boot_ns, uint32_t ttl_s) const {
+    uint64_t s = static_cast<uint64_t>(ttl_s < min_ttl_s ? min_ttl_s : ttl_s) + grace_s;
+    return now_boot_ns + s * 1'000'000'000ull;
+  }
+};
+
+// CLOCK_BOOTTIME now, the clock bpf_ktime_get_boot_ns() reads.
+uint64_t BootTimeNs();
+
+}  // namespace egressd::dns
+
+#endif  // EGRESSD_USERSPACE_DNS_LEARNER_H_

@@ -1,0 +1,407 @@
+#include "userspace/dns/proxy.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <deque>
+#include <set>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/udp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "userspace/common/errors.h"
+
+#ifndef IPV6_FREEBIND
+#define IPV6_FREEBIND 78
+#endif
+
+namespace egressd::dns {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using asio::ip::udp;
+
+std::string Endpoint::ToString() const {
+  std::string out;
+  if (addr4) absl::StrAppend(&out, addr4->ToString(), ":", port);
+  if (addr6) absl::StrAppend(&out, out.empty() ? "" : " ", "[", addr6->ToString(), "]:", port);
+  return out.empty() ? "(no address)" : out;
+}
+
+struct DnsProxy::Shared {
+  Upstream& upstream;
+  LearnedAddressSink& sink;
+  ProxyOptions opts;
+  Counters* counters;
+  bool alive = true;
+};
+
+namespace {
+
+using Shared = DnsProxy::Shared;
+
+// What every socket of one sandbox shares: the scope in force (swapped whole
+// by a policy update; a query keeps the scope it was judged by) and whether
+// the sandbox is still served.
+struct Live {
+  std::shared_ptr<const SandboxScope> scope;
+  bool stopped = false;
+};
+
+using Reply = std::function<void(Bytes)>;
+
+// One message through the flow; `reply` gets the answer, now or once the
+// upstream answered and every learned write returned (empty: no answer).
+void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live, std::span<const uint8_t> msg,
+            bool over_tcp, Reply reply) {
+  std::shared_ptr<const SandboxScope> scope = live->scope;
+  Decision d = Decide(*scope, msg, *sh->counters);
+  if (d.kind == Decision::kDrop) return reply({});
+  if (d.kind == Decision::kRespond) return reply(std::move(d.response));
+  auto fwd = std::make_shared<Decision>(std::move(d));
+  size_t limit = over_tcp ? kMaxMessage : UdpLimit(fwd->query);
+  sh->upstream.Send(fwd->upstream_query, over_tcp,
+                    [sh, live, scope, fwd, limit, reply = std::move(reply)](absl::StatusOr<Bytes> answer) {
+                      if (!sh->alive || live->stopped) return;
+                      // Synchronous writes in the one loop thread: the answers
+                      // of one sandbox are finished one at a time, so two for
+                      // the same name can never interleave their writes.
+                      reply(Finish(*scope, *fwd, answer, limit, sh->sink, sh->opts.lifetime, BootTimeNs(),
+                                   *sh->counters));
+                    });
+}
+
+asio::ip::address ToAsio(const net::IpAddr& a) {
+  if (a.is_v4()) {
+    const auto& b = a.bytes();
+    return asio::ip::address_v4(asio::ip::address_v4::bytes_type{b[0], b[1], b[2], b[3]});
+  }
+  asio::ip::address_v6::bytes_type b;
+  std::copy(a.bytes().begin(), a.bytes().end(), b.begin());
+  return asio::ip::address_v6(b);
+}
+
+// Lets an endpoint be bound before its address is configured on an
+// interface (the kernel steers to it; the address may come and go).
+template <typename Socket>
+void FreeBind(Socket& s, bool v6) {
+  int one = 1;
+  if (v6) {
+    setsockopt(s.native_handle(), IPPROTO_IPV6, IPV6_FREEBIND, &one, sizeof(one));
+  } else {
+    setsockopt(s.native_handle(), IPPROTO_IP, IP_FREEBIND, &one, sizeof(one));
+  }
+}
+
+absl::Status FromAsio(const boost::system::error_code& ec, const std::string& what) {
+  return ErrnoStatus(ec.value(), what);
+}
+
+class UdpServer : public std::enable_shared_from_this<UdpServer> {
+ public:
+  UdpServer(asio::io_context& io, std::shared_ptr<Shared> sh, std::shared_ptr<Live> live)
+      : sock_(io), sh_(std::move(sh)), live_(std::move(live)) {}
+
+  absl::Status Open(const udp::endpoint& ep) {
+    boost::system::error_code ec;
+    bool v6 = ep.address().is_v6();
+    sock_.open(v6 ? udp::v6() : udp::v4(), ec);
+    if (!ec && v6) sock_.set_option(asio::ip::v6_only(true), ec);
+    if (!ec) sock_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) {
+      FreeBind(sock_, v6);
+      sock_.bind(ep, ec);
+    }
+    if (ec) return FromAsio(ec, absl::StrCat("bind UDP ", ep.address().to_string(), " port ", ep.port()));
+    return absl::OkStatus();
+  }
+
+  void Receive() {
+    auto self = shared_from_this();
+    sock_.async_receive_from(asio::buffer(buf_), from_, [self](const boost::system::error_code& ec, size_t n) {
+      if (ec == asio::error::operation_aborted || !self->sock_.is_open() || self->live_->stopped) return;
+      if (!ec) self->OnMessage(n);
+      self->Receive();
+    });
+  }
+
+  void Close() {
+    boost::system::error_code ec;
+    sock_.close(ec);
+  }
+
+ private:
+  void OnMessage(size_t n) {
+    auto self = shared_from_this();
+    udp::endpoint to = from_;
+    Handle(sh_, live_, std::span<const uint8_t>(buf_.data(), n), false, [self, to](Bytes b) {
+      if (b.empty() || !self->sock_.is_open()) return;
+      auto p = std::make_shared<Bytes>(std::move(b));
+      self->sock_.async_send_to(asio::buffer(*p), to, [p](const boost::system::error_code&, size_t) {});
+    });
+  }
+
+  udp::socket sock_;
+  std::shared_ptr<Shared> sh_;
+  std::shared_ptr<Live> live_;
+  std::array<uint8_t, kMaxMessage> buf_;
+  udp::endpoint from_;
+};
+
+class TcpServer;
+
+// One client connection: length-prefixed messages (RFC 1035 4.2.2), several
+// in flight at once (RFC 7766), answers written in the order they are ready.
+class TcpConn : public std::enable_shared_from_this<TcpConn> {
+ public:
+  TcpConn(tcp::socket s, std::shared_ptr<Shared> sh, std::shared_ptr<Live> live, std::function<void(TcpConn*)> gone)
+      : sock_(std::move(s)), idle_(sock_.get_executor()), sh_(std::move(sh)), live_(std::move(live)),
+        gone_(std::move(gone)) {}
+
+  void Start() {
+    ArmIdle();
+    ReadLength();
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ec;
+    sock_.close(ec);
+    idle_.cancel();
+    auto gone = std::move(gone_);
+    if (gone) gone(this);
+  }
+
+ private:
+  void ReadLength() {
+    if (closed_) return;
+    if (in_flight_ >= sh_->opts.max_tcp_in_flight) {
+      paused_ = true;
+      return;
+    }
+    auto self = shared_from_this();
+    asio::async_read(sock_, asio::buffer(len_), [self](const boost::system::error_code& ec, size_t) {
+      if (ec) return self->EndOfInput();
+      size_t n = (size_t{self->len_[0]} << 8) | self->len_[1];
+      if (n == 0) return self->Close();
+      self->msg_.resize(n);
+      asio::async_read(self->sock_, asio::buffer(self->msg_), [self](const boost::system::error_code& ec2, size_t) {
+        if (ec2) return self->EndOfInput();
+        self->ArmIdle();
+        ++self->in_flight_;
+        Handle(self->sh_, self->live_, self->msg_, true, [self](Bytes b) { self->Answered(std::move(b)); });
+        self->ReadLength();
+      });
+    });
+  }
+
+  void Answered(Bytes b) {
+    --in_flight_;
+    if (closed_) return;
+    if (!b.empty()) {
+      auto framed = std::make_shared<Bytes>();
+      framed->reserve(b.size() + 2);
+      framed->push_back(static_cast<uint8_t>(b.size() >> 8));
+      framed->push_back(static_cast<uint8_t>(b.size() & 0xff));
+      framed->insert(framed->end(), b.begin(), b.end());
+      out_.push_back(std::move(framed));
+      if (!writing_) WriteNext();
+    }
+    if (paused_) {
+      paused_ = false;
+      ReadLength();
+    }
+    MaybeClose();
+  }
+
+  void WriteNext() {
+    writing_ = true;
+    auto self = shared_from_this();
+    asio::async_write(sock_, asio::buffer(*out_.front()), [self](const boost::system::error_code& ec, size_t) {
+      if (ec) return self->Close();
+      self->out_.pop_front();
+      self->ArmIdle();
+      if (self->out_.empty()) {
+        self->writing_ = false;
+        self->MaybeClose();
+      } else {
+        self->WriteNext();
+      }
+    });
+  }
+
+  void EndOfInput() {
+    input_done_ = true;
+    MaybeClose();
+  }
+
+  void MaybeClose() {
+    if (input_done_ && in_flight_ == 0 && out_.empty()) Close();
+  }
+
+  void ArmIdle() {
+    if (closed_) return;
+    idle_.expires_after(std::chrono::milliseconds(sh_->opts.tcp_idle_ms));
+    std::weak_ptr<TcpConn> weak = weak_from_this();
+    idle_.async_wait([weak](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->closed_) return;
+      if (self->in_flight_ == 0 && self->out_.empty()) {
+        self->Close();
+      } else {
+        self->ArmIdle();
+      }
+    });
+  }
+
+  tcp::socket sock_;
+  asio::steady_timer idle_;
+  std::shared_ptr<Shared> sh_;
+  std::shared_ptr<Live> live_;
+  std::function<void(TcpConn*)> gone_;
+  std::array<uint8_t, 2> len_{};
+  Bytes msg_;
+  std::deque<std::shared_ptr<Bytes>> out_;
+  size_t in_flight_ = 0;
+  bool writing_ = false, paused_ = false, input_done_ = false, closed_ = false;
+};
+
+class TcpServer : public std::enable_shared_from_this<TcpServer> {
+ public:
+  TcpServer(asio::io_context& io, std::shared_ptr<Shared> sh, std::shared_ptr<Live> live)
+      : acc_(io), sh_(std::move(sh)), live_(std::move(live)) {}
+
+  absl::Status Open(const tcp::endpoint& ep) {
+    boost::system::error_code ec;
+    bool v6 = ep.address().is_v6();
+    acc_.open(v6 ? tcp::v6() : tcp::v4(), ec);
+    if (!ec && v6) acc_.set_option(asio::ip::v6_only(true), ec);
+    if (!ec) acc_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) {
+      FreeBind(acc_, v6);
+      acc_.bind(ep, ec);
+    }
+    if (!ec) acc_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return FromAsio(ec, absl::StrCat("bind TCP ", ep.address().to_string(), " port ", ep.port()));
+    return absl::OkStatus();
+  }
+
+  void Accept() {
+    auto self = shared_from_this();
+    acc_.async_accept([self](const boost::system::error_code& ec, tcp::socket s) {
+      if (ec == asio::error::operation_aborted || !self->acc_.is_open() || self->live_->stopped) return;
+      if (!ec) {
+        if (self->conns_.size() >= self->sh_->opts.max_tcp_connections) {
+          boost::system::error_code ignored;
+          s.close(ignored);
+        } else {
+          std::weak_ptr<TcpServer> weak = self;
+          auto c = std::make_shared<TcpConn>(std::move(s), self->sh_, self->live_, [weak](TcpConn* gone) {
+            if (auto srv = weak.lock()) srv->Forget(gone);
+          });
+          self->conns_.insert(c);
+          c->Start();
+        }
+      }
+      self->Accept();
+    });
+  }
+
+  void Close() {
+    boost::system::error_code ec;
+    acc_.close(ec);
+    auto conns = std::move(conns_);
+    for (auto& c : conns) c->Close();
+  }
+
+ private:
+  void Forget(TcpConn* c) {
+    for (auto it = conns_.begin(); it != conns_.end(); ++it) {
+      if (it->get() == c) {
+        conns_.erase(it);
+        return;
+      }
+    }
+  }
+
+  tcp::acceptor acc_;
+  std::shared_ptr<Shared> sh_;
+  std::shared_ptr<Live> live_;
+  std::set<std::shared_ptr<TcpConn>> conns_;
+};
+
+}  // namespace
+
+struct DnsProxy::Sandbox {
+  Endpoint ep;
+  std::shared_ptr<Live> live;
+  std::vector<std::shared_ptr<UdpServer>> udp;
+  std::vector<std::shared_ptr<TcpServer>> tcp;
+
+  void Close() {
+    live->stopped = true;
+    for (auto& u : udp) u->Close();
+    for (auto& t : tcp) t->Close();
+  }
+};
+
+DnsProxy::DnsProxy(asio::io_context& io, Upstream& upstream, LearnedAddressSink& sink, ProxyOptions opts)
+    : io_(io), shared_(std::make_shared<Shared>(Shared{upstream, sink, opts, &counters_})) {}
+
+DnsProxy::~DnsProxy() {
+  shared_->alive = false;
+  for (auto& [id, s] : sandboxes_) s->Close();
+}
+
+absl::Status DnsProxy::Serve(SandboxScope scope, const Endpoint& ep) {
+  const uint64_t id = scope.sandbox_id;
+  auto it = sandboxes_.find(id);
+  if (it != sandboxes_.end() && it->second->ep == ep) {
+    it->second->live->scope = std::make_shared<const SandboxScope>(std::move(scope));
+    return absl::OkStatus();
+  }
+  if (it != sandboxes_.end()) Stop(id);
+  if (ep.port == 0 || (!ep.addr4 && !ep.addr6)) {
+    return absl::InvalidArgumentError(absl::StrCat("sandbox ", id, ": DNS endpoint ", ep.ToString(), " has no address or port"));
+  }
+  auto sb = std::make_shared<Sandbox>();
+  sb->ep = ep;
+  sb->live = std::make_shared<Live>();
+  sb->live->scope = std::make_shared<const SandboxScope>(std::move(scope));
+  for (const auto& addr : {ep.addr4, ep.addr6}) {
+    if (!addr) continue;
+    auto u = std::make_shared<UdpServer>(io_, shared_, sb->live);
+    auto t = std::make_shared<TcpServer>(io_, shared_, sb->live);
+    sb->udp.push_back(u);
+    sb->tcp.push_back(t);
+    absl::Status s = u->Open(udp::endpoint(ToAsio(*addr), ep.port));
+    if (s.ok()) s = t->Open(tcp::endpoint(ToAsio(*addr), ep.port));
+    if (!s.ok()) {
+      sb->Close();
+      return absl::Status(s.code(), absl::StrCat("sandbox ", id, ": DNS endpoint: ", s.message()));
+    }
+  }
+  for (auto& u : sb->udp) u->Receive();
+  for (auto& t : sb->tcp) t->Accept();
+  spdlog::info("dns: serving sandbox {} at {}", id, ep.ToString());
+  sandboxes_[id] = std::move(sb);
+  return absl::OkStatus();
+}
+
+void DnsProxy::Stop(uint64_t sandbox_id) {
+  auto it = sandboxes_.find(sandbox_id);
+  if (it == sandboxes_.end()) return;
+  it->second->Close();
+  sandboxes_.erase(it);
+  spdlog::info("dns: stopped serving sandbox {}", sandbox_id);
+}
+
+}  // namespace egressd::dns

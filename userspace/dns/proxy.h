@@ -1,0 +1,72 @@
+// The DNS proxy: one UDP socket and one TCP listener per sandbox endpoint
+// (per family), on the caller's Asio loop, so the daemon hosts it beside its
+// API in one event loop.  The socket a query arrives on IS the sandbox: the
+// kernel steers each sandbox's port-53 traffic to that sandbox's endpoint, and
+// the source address a packet claims is never read as identity.
+#ifndef EGRESSD_USERSPACE_DNS_PROXY_H_
+#define EGRESSD_USERSPACE_DNS_PROXY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "absl/status/status.h"
+#include "userspace/dns/learner.h"
+#include "userspace/dns/query_flow.h"
+#include "userspace/dns/upstream.h"
+#include "userspace/net/ip.h"
+
+namespace egressd::dns {
+
+// Where a sandbox's queries arrive (the record's "dns" field).
+struct Endpoint {
+  std::optional<net::IpAddr> addr4;
+  std::optional<net::IpAddr> addr6;
+  uint16_t port = 0;
+  bool operator==(const Endpoint&) const = default;
+  std::string ToString() const;
+};
+
+struct ProxyOptions {
+  Lifetime lifetime;
+  size_t max_tcp_connections = 64;   // per endpoint and family
+  size_t max_tcp_in_flight = 32;     // queries pipelined on one connection
+  int tcp_idle_ms = 10000;           // an idle connection is closed
+};
+
+class DnsProxy {
+ public:
+  DnsProxy(boost::asio::io_context& io, Upstream& upstream, LearnedAddressSink& sink, ProxyOptions opts = {});
+  ~DnsProxy();
+  DnsProxy(const DnsProxy&) = delete;
+  DnsProxy& operator=(const DnsProxy&) = delete;
+
+  // Serves `scope` at `ep` (binds its sockets), or updates the scope of a
+  // sandbox already served at the same endpoint.  A sandbox moved to another
+  // endpoint is rebound.  Fails naming the endpoint when a bind fails.
+  absl::Status Serve(SandboxScope scope, const Endpoint& ep);
+  // Stops serving a sandbox: its sockets close and answers still in flight
+  // are neither learned nor delivered.
+  void Stop(uint64_t sandbox_id);
+  bool Serves(uint64_t sandbox_id) const { return sandboxes_.count(sandbox_id) > 0; }
+  size_t size() const { return sandboxes_.size(); }
+
+  const Counters& counters() const { return counters_; }
+
+  struct Sandbox;
+  struct Shared;
+
+ private:
+  boost::asio::io_context& io_;
+  std::shared_ptr<Shared> shared_;
+  std::map<uint64_t, std::shared_ptr<Sandbox>> sandboxes_;
+  Counters counters_;
+};
+
+}  // namespace egressd::dns
+
+#endif  // EGRESSD_USERSPACE_DNS_PROXY_H_

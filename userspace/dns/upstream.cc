@@ -1,0 +1,219 @@
+#include "userspace/dns/upstream.h"
+
+#include <ares.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace egressd::dns {
+
+namespace asio = boost::asio;
+
+std::string UpstreamServer::ToString() const {
+  return addr.is_v4() ? absl::StrCat(addr.ToString(), ":", port) : absl::StrCat("[", addr.ToString(), "]:", port);
+}
+
+absl::StatusOr<UpstreamServer> ParseUpstreamServer(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("upstream DNS server ", net::Quote(text), ": ", std::string(why)));
+  };
+  std::string_view host = text, port_text;
+  if (!text.empty() && text.front() == '[') {
+    size_t close = text.find(']');
+    if (close == std::string_view::npos) return bad("no closing ]");
+    host = text.substr(1, close - 1);
+    std::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return bad("expected :PORT after ]");
+      port_text = rest.substr(1);
+      if (port_text.empty()) return bad("empty port");
+    }
+  } else if (std::count(text.begin(), text.end(), ':') == 1) {
+    size_t colon = text.find(':');
+    host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+    if (port_text.empty()) return bad("empty port");
+  }
+  auto ip = net::IpAddr::Parse(host);
+  if (!ip.ok()) return bad("not an IP address (IP[:PORT] or [IPv6]:PORT)");
+  UpstreamServer s{*ip, 53};
+  if (!port_text.empty()) {
+    uint32_t p = 0;
+    if (!absl::SimpleAtoi(std::string(port_text), &p) || p == 0 || p > 65535) return bad("port is not 1-65535");
+    s.port = static_cast<uint16_t>(p);
+  }
+  return s;
+}
+
+namespace {
+
+struct Watch {
+  explicit Watch(asio::io_context& io, int fd) : sd(io, fd) {}
+  asio::posix::stream_descriptor sd;
+  bool want_read = false, want_write = false;
+  bool reading = false, writing = false;
+  bool alive = true;
+};
+
+struct Pending {
+  Upstream::Callback done;
+};
+
+void OnAnswer(void* arg, int status, int /*timeouts*/, unsigned char* abuf, int alen) {
+  std::unique_ptr<Pending> p(static_cast<Pending*>(arg));
+  if (status == ARES_EDESTRUCTION) return;  // the proxy is going away
+  if (status == ARES_SUCCESS && abuf != nullptr && alen > 0) {
+    p->done(Bytes(abuf, abuf + alen));
+  } else {
+    p->done(absl::UnavailableError(absl::StrCat("upstream: ", ares_strerror(status))));
+  }
+}
+
+}  // namespace
+
+struct Upstream::Channel : std::enable_shared_from_this<Upstream::Channel> {
+  explicit Channel(asio::io_context& io) : io(io), timer(io) {}
+
+  asio::io_context& io;
+  ares_channel ch = nullptr;
+  asio::steady_timer timer;
+  std::map<int, std::shared_ptr<Watch>> watches;
+
+  static void SockState(void* data, ares_socket_t fd, int readable, int writable) {
+    auto* c = static_cast<Channel*>(data);
+    auto it = c->watches.find(fd);
+    if (!readable && !writable) {
+      if (it != c->watches.end()) {
+        it->second->alive = false;
+        boost::system::error_code ec;
+        it->second->sd.cancel(ec);
+        it->second->sd.release();  // c-ares closes its own fd
+        c->watches.erase(it);
+      }
+      return;
+    }
+    if (it == c->watches.end()) it = c->watches.emplace(fd, std::make_shared<Watch>(c->io, fd)).first;
+    it->second->want_read = readable != 0;
+    it->second->want_write = writable != 0;
+    c->Arm(it->second, fd);
+  }
+
+  void Arm(const std::shared_ptr<Watch>& w, int fd) {
+    auto self = shared_from_this();
+    if (w->want_read && !w->reading) {
+      w->reading = true;
+      w->sd.async_wait(asio::posix::descriptor_base::wait_read, [self, w, fd](const boost::system::error_code& ec) {
+        w->reading = false;
+        if (ec || !w->alive || self->ch == nullptr) return;
+        ares_process_fd(self->ch, fd, ARES_SOCKET_BAD);
+        if (w->alive) self->Arm(w, fd);
+        self->ResetTimer();
+      });
+    }
+    if (w->want_write && !w->writing) {
+      w->writing = true;
+      w->sd.async_wait(asio::posix::descriptor_base::wait_write, [self, w, fd](const boost::system::error_code& ec) {
+        w->writing = false;
+        if (ec || !w->alive || self->ch == nullptr) return;
+        ares_process_fd(self->ch, ARES_SOCKET_BAD, fd);
+        if (w->alive) self->Arm(w, fd);
+        self->ResetTimer();
+      });
+    }
+  }
+
+  void ResetTimer() {
+    if (ch == nullptr) return;
+    timeval tv{};
+    timeval* t = ares_timeout(ch, nullptr, &tv);
+    if (t == nullptr) {
+      timer.cancel();
+      return;
+    }
+    timer.expires_after(std::chrono::seconds(t->tv_sec) + std::chrono::microseconds(t->tv_usec));
+    auto self = shared_from_this();
+    timer.async_wait([self](const boost::system::error_code& ec) {
+      if (ec || self->ch == nullptr) return;
+      ares_process_fd(self->ch, ARES_SOCKET_BAD, ARES_SOCKET_BAD);
+      self->ResetTimer();
+    });
+  }
+
+  void Destroy() {
+    if (ch == nullptr) return;
+    ares_channel c = ch;
+    ares_destroy(c);  // EDESTRUCTION to every pending query; closes sockets
+    ch = nullptr;
+    timer.cancel();
+    for (auto& [fd, w] : watches) {
+      w->alive = false;
+      boost::system::error_code ec;
+      w->sd.cancel(ec);
+      w->sd.release();
+    }
+    watches.clear();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Upstream>> Upstream::Create(asio::io_context& io, const UpstreamOptions& opts) {
+  if (opts.servers.empty()) return absl::InvalidArgumentError("no upstream DNS server (--upstream-dns IP[:PORT])");
+  static std::once_flag once;
+  static int init_status = ARES_SUCCESS;
+  std::call_once(once, [] { init_status = ares_library_init(ARES_LIB_INIT_ALL); });
+  if (init_status != ARES_SUCCESS) {
+    return absl::InternalError(absl::StrCat("c-ares init: ", ares_strerror(init_status)));
+  }
+  std::vector<std::string> csv;
+  for (const auto& s : opts.servers) csv.push_back(s.ToString());
+  const std::string servers = absl::StrJoin(csv, ",");
+
+  std::unique_ptr<Upstream> up(new Upstream());
+  for (bool tcp : {false, true}) {
+    auto c = std::make_shared<Channel>(io);
+    ares_options o{};
+    int mask = ARES_OPT_FLAGS | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES | ARES_OPT_SOCK_STATE_CB;
+    // IGNTC: a truncated UDP answer goes back to the client as it is.
+    o.flags = ARES_FLAG_NOSEARCH | ARES_FLAG_NOALIASES | (tcp ? ARES_FLAG_USEVC | ARES_FLAG_STAYOPEN : ARES_FLAG_IGNTC);
+    o.timeout = opts.timeout_ms;
+    o.tries = opts.tries;
+    o.sock_state_cb = &Channel::SockState;
+    o.sock_state_cb_data = c.get();
+    int rc = ares_init_options(&c->ch, &o, mask);
+    if (rc != ARES_SUCCESS) return absl::InternalError(absl::StrCat("c-ares channel: ", ares_strerror(rc)));
+    rc = ares_set_servers_ports_csv(c->ch, servers.c_str());
+    if (rc != ARES_SUCCESS) {
+      c->Destroy();
+      return absl::InvalidArgumentError(absl::StrCat("upstream DNS servers \"", servers, "\": ", ares_strerror(rc)));
+    }
+    (tcp ? up->tcp_ : up->udp_) = std::move(c);
+  }
+  spdlog::info("dns: upstream {}", servers);
+  return up;
+}
+
+Upstream::~Upstream() {
+  if (udp_) udp_->Destroy();
+  if (tcp_) tcp_->Destroy();
+}
+
+void Upstream::Send(std::span<const uint8_t> query, bool tcp, Callback done) {
+  Channel& c = tcp ? *tcp_ : *udp_;
+  if (c.ch == nullptr) {
+    done(absl::UnavailableError("upstream: channel closed"));
+    return;
+  }
+  auto* p = new Pending{std::move(done)};
+  ares_send(c.ch, query.data(), static_cast<int>(query.size()), &OnAnswer, p);
+  c.ResetTimer();
+}
+
+}  // namespace egressd::dns

@@ -1,0 +1,65 @@
+// The configured upstream resolvers, asked through c-ares (transport,
+// timeouts, retries, several servers) driven from the proxy's Asio loop by
+// its socket fds.  Only the servers given here are ever asked: never one a
+// sandbox chose.
+#ifndef EGRESSD_USERSPACE_DNS_UPSTREAM_H_
+#define EGRESSD_USERSPACE_DNS_UPSTREAM_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "absl/status/statusor.h"
+#include "userspace/dns/message.h"
+#include "userspace/net/ip.h"
+
+namespace egressd::dns {
+
+struct UpstreamServer {
+  net::IpAddr addr;
+  uint16_t port = 53;
+  // "192.0.2.1:53", "[2001:db8::1]:53"
+  std::string ToString() const;
+};
+
+// "IP", "IP:PORT", "[IPv6]" or "[IPv6]:PORT"; InvalidArgument names the text.
+absl::StatusOr<UpstreamServer> ParseUpstreamServer(std::string_view text);
+
+struct UpstreamOptions {
+  std::vector<UpstreamServer> servers;
+  int timeout_ms = 2000;  // per try; c-ares doubles it per round
+  int tries = 2;          // rounds over the server list
+};
+
+class Upstream {
+ public:
+  using Callback = std::function<void(absl::StatusOr<Bytes>)>;
+
+  // InvalidArgument without a server.
+  static absl::StatusOr<std::unique_ptr<Upstream>> Create(boost::asio::io_context& io, const UpstreamOptions& opts);
+  ~Upstream();
+  Upstream(const Upstream&) = delete;
+  Upstream& operator=(const Upstream&) = delete;
+
+  // Sends `query` (c-ares gives it a fresh random ID) over TCP or UDP; `done`
+  // runs in the loop with the answer, or why there is none.  A truncated UDP
+  // answer is returned as it is (TC set), not retried over TCP: one upstream
+  // query per client query, and the client retries over TCP itself.
+  void Send(std::span<const uint8_t> query, bool tcp, Callback done);
+
+  struct Channel;
+
+ private:
+  Upstream() = default;
+  std::shared_ptr<Channel> udp_, tcp_;
+};
+
+}  // namespace egressd::dns
+
+#endif  // EGRESSD_USERSPACE_DNS_UPSTREAM_H_
