@@ -155,6 +155,22 @@ TEST(DnsAnswer, TooBigForUdpIsTruncatedAndTeachesNothing) {
   EXPECT_EQ(r->counters.truncated, 1u);
 }
 
+TEST(DnsAnswer, UpstreamTruncatedMidRecordIsTcToTheClient) {
+  SandboxScope sb = Sandbox();
+  Counters c;
+  FakeSink sink;
+  Decision d = Decide(sb, MakeQuery("many.example.com"), c);
+  std::vector<Rr> rrs;
+  for (int i = 0; i < 40; ++i) rrs.push_back({0, "many.example.com", KNOT_RRTYPE_A, 60, "192.0.2." + std::to_string(i)});
+  Bytes up = MakeAnswer(d.upstream_query, rrs, 0, /*tc=*/true);
+  up.resize(up.size() - 7);  // cut inside the last record, as a truncating server may
+  auto p = Parse(Finish(sb, d, up, kMaxMessage, sink, Lifetime{}, kNow, c));
+  EXPECT_TRUE(p.tc);
+  EXPECT_EQ(p.rcode, 0);
+  EXPECT_THAT(p.Addresses(), IsEmpty());
+  EXPECT_THAT(sink.Addresses(), IsEmpty());
+}
+
 TEST(DnsAnswer, ClientsEdnsSizeIsHonoured) {
   std::vector<Rr> rrs;
   for (int i = 0; i < 40; ++i) rrs.push_back({0, "many.example.com", KNOT_RRTYPE_A, 60, "192.0.2." + std::to_string(i)});

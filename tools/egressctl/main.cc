@@ -194,6 +194,19 @@ int main(int argc, char** argv) {
   compile->add_option("-o,--output", format, "text (default) | json | nft (the incumbent's nftables ruleset, for nft -f)")
       ->check(CLI::IsMember({"text", "json", "nft"}));
 
+  auto* dns = app.add_subcommand("dns", "The DNS proxy");
+  dns->require_subcommand(1);
+  std::vector<std::string> upstream_dns;
+  int upstream_timeout_ms = 2000, upstream_tries = 2;
+  auto* dns_serve = dns->add_subcommand(
+      "serve", "Serve every registered sandbox's DNS endpoint (from the records) until SIGINT/SIGTERM");
+  dns_serve->add_option("--upstream-dns", upstream_dns, "Upstream resolver IP[:PORT] (repeatable; tried in order)")
+      ->type_size(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  dns_serve->add_option("--upstream-timeout-ms", upstream_timeout_ms, "Per try")->capture_default_str();
+  dns_serve->add_option("--upstream-tries", upstream_tries, "Rounds over the upstreams")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -215,6 +228,7 @@ int main(int argc, char** argv) {
   if (*unload) return cli::CmdUnload(paths, force);
   if (*probe) return cli::CmdProbe(paths);
   if (*status) return cli::CmdStatus(paths, json);
+  if (*dns_serve) return cli::CmdDnsServe(paths, upstream_dns, upstream_timeout_ms, upstream_tries);
   if (*add) return cli::CmdSandboxAdd(paths, cgroup, add_flags, add_sandbox);
   if (*remove) return cli::CmdSandboxRemove(paths, cgroup);
   if (*contain) return cli::CmdSandboxContain(paths, cgroup);

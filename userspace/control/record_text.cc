@@ -134,6 +134,18 @@ std::string ToJsonText(const SandboxRecord& r) {
     out += ",\"note\":";
     AppendString(out, r.note);
   }
+  if (r.dns) {
+    out += ",\"dns\":{";
+    bool first = true;
+    for (const auto* a : {&r.dns->addr4, &r.dns->addr6}) {
+      if (!*a) continue;
+      out += first ? "" : ",";
+      out += a == &r.dns->addr4 ? "\"addr4\":" : "\"addr6\":";
+      AppendString(out, (*a)->ToString());
+      first = false;
+    }
+    absl::StrAppend(&out, first ? "" : ",", "\"port\":", r.dns->port, "}");
+  }
   out += "}\n";
   return out;
 }
@@ -224,6 +236,9 @@ class RecordSax : public nlohmann::json_sax<Json> {
       r_.netns_cookie = v;
     } else if (Is({"netns_inode"})) {
       r_.netns_inode = v;
+    } else if (Is({"dns", "port"})) {
+      if (v > 65535) return Fail("dns.port out of range");
+      r_.dns->port = static_cast<uint16_t>(v);
     } else if (Is({"current", "policy_id"})) {
       if (v > UINT32_MAX) return Fail("policy_id out of range");
       Ref().policy_id = static_cast<maps::PolicyId>(v);
@@ -239,7 +254,9 @@ class RecordSax : public nlohmann::json_sax<Json> {
 };
 
 bool RecordSax::start_object(std::size_t) {
-  if (Is({"current", "policy"})) {
+  if (Is({"dns"})) {
+    r_.dns = DnsEndpoint{};
+  } else if (Is({"current", "policy"})) {
     Ref().policy = policy::CompiledPolicy{};
     ++policies;
   } else if (Is({"current"}) && InPrevious()) {
@@ -268,6 +285,11 @@ bool RecordSax::string(string_t& s) {
     r_.cgroup_path = std::move(s);
   } else if (Is({"note"})) {
     r_.note = std::move(s);
+  } else if (Is({"dns", "addr4"}) || Is({"dns", "addr6"})) {
+    bool v4 = Is({"dns", "addr4"});
+    auto ip = net::IpAddr::Parse(s);
+    if (!ip.ok() || ip->is_v4() != v4) return Fail("dns address \"" + s + "\" is not an address of its family");
+    (v4 ? r_.dns->addr4 : r_.dns->addr6) = *ip;
   } else if (frames_.size() == 2 && frames_[0] == "labels") {
     r_.labels[frames_[1]] = std::move(s);
   } else if (frames_.size() == 3 && frames_[0] == "previous" && frames_[1] == "labels") {

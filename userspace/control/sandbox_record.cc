@@ -196,6 +196,13 @@ json ToJson(const SandboxRecord& r) {
   j["previous"] = r.previous ? RefToJson(*r.previous) : json(nullptr);
   if (r.previous) j["previous"]["labels"] = r.previous_labels;
   if (!r.note.empty()) j["note"] = r.note;
+  if (r.dns) {
+    json d = json::object();
+    if (r.dns->addr4) d["addr4"] = r.dns->addr4->ToString();
+    if (r.dns->addr6) d["addr6"] = r.dns->addr6->ToString();
+    d["port"] = r.dns->port;
+    j["dns"] = d;
+  }
   return j;
 }
 
@@ -225,6 +232,22 @@ absl::StatusOr<SandboxRecord> SandboxRecordFromJson(const json& j) {
     }
   }
   r.note = j.value("note", std::string());
+  if (j.contains("dns") && j["dns"].is_object()) {
+    const json& d = j["dns"];
+    DnsEndpoint ep;
+    for (const char* fam : {"addr4", "addr6"}) {
+      if (!d.contains(fam)) continue;
+      if (!d[fam].is_string()) return Bad(absl::StrCat("record: dns.", fam, " is not a string"));
+      auto ip = net::IpAddr::Parse(d[fam].get<std::string>());
+      if (!ip.ok() || ip->is_v4() != (fam[4] == '4')) return Bad(absl::StrCat("record: dns.", fam, " is not an address of its family"));
+      (fam[4] == '4' ? ep.addr4 : ep.addr6) = *ip;
+    }
+    if (!d.contains("port") || !d["port"].is_number_unsigned() || d["port"].get<uint64_t>() > 65535) {
+      return Bad("record: dns.port is not 0-65535");
+    }
+    ep.port = static_cast<uint16_t>(d["port"].get<uint64_t>());
+    r.dns = ep;
+  }
   return r;
 }
 

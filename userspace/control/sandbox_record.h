@@ -41,6 +41,15 @@ struct PolicyRef {
   std::optional<policy::CompiledPolicy> policy;
 };
 
+// Where the sandbox's DNS queries are steered ("dns" in the record): the
+// proxy serves it, the kernel's egr_dns_v1 points there.
+struct DnsEndpoint {
+  std::optional<net::IpAddr> addr4;
+  std::optional<net::IpAddr> addr6;
+  uint16_t port = 0;
+  bool operator==(const DnsEndpoint&) const = default;
+};
+
 struct SandboxRecord {
   uint64_t cgroup_id = 0;
   std::string cgroup_path;  // empty when not known (reconciled from the maps)
@@ -56,6 +65,8 @@ struct SandboxRecord {
   Labels previous_labels;  // the labels that went with `previous`
   // Set by a reconcile that had to guess or repair, saying what it did.
   std::string note;
+  // The sandbox's DNS endpoint; absent: none assigned (its DNS fails closed).
+  std::optional<DnsEndpoint> dns;
 };
 
 nlohmann::json ToJson(const SandboxRecord& r);

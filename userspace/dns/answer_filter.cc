@@ -81,16 +81,19 @@ bool IsProtected(const net::IpAddr& addr, const std::vector<policy::ProtectedCid
   return false;
 }
 
+bool AnswersQuestion(const Query& q, const knot_pkt* upstream) {
+  if (upstream == nullptr || upstream->qname_size == 0) return false;
+  const uint8_t* w = upstream->wire;
+  if (!knot_wire_get_qr(w) || knot_wire_get_opcode(w) != KNOT_OPCODE_QUERY) return false;
+  return LowerKey(knot_pkt_qname(upstream)) == LowerKey(q.qname_wire.data()) && knot_pkt_qtype(upstream) == q.qtype &&
+         knot_pkt_qclass(upstream) == q.qclass;
+}
+
 std::optional<FilteredAnswer> FilterAnswer(const Query& q, const knot_pkt* upstream,
                                            const std::vector<policy::ProtectedCidr>& prot) {
-  if (upstream == nullptr || upstream->qname_size == 0) return std::nullopt;
+  if (!AnswersQuestion(q, upstream)) return std::nullopt;
   const uint8_t* w = upstream->wire;
-  if (!knot_wire_get_qr(w) || knot_wire_get_opcode(w) != KNOT_OPCODE_QUERY) return std::nullopt;
   const std::string qkey = LowerKey(q.qname_wire.data());
-  if (LowerKey(knot_pkt_qname(upstream)) != qkey || knot_pkt_qtype(upstream) != q.qtype ||
-      knot_pkt_qclass(upstream) != q.qclass) {
-    return std::nullopt;
-  }
   FilteredAnswer out;
   out.rcode = knot_wire_get_rcode(w);
   out.aa = knot_wire_get_aa(w) != 0;

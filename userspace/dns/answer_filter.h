@@ -59,6 +59,10 @@ bool IsProtected(const net::IpAddr& addr, const std::vector<policy::ProtectedCid
 std::optional<FilteredAnswer> FilterAnswer(const Query& q, const knot_pkt* upstream,
                                            const std::vector<policy::ProtectedCidr>& prot);
 
+// Whether `upstream` answers `q`'s question (a response of opcode QUERY,
+// same name in any case, same type and class).
+bool AnswersQuestion(const Query& q, const knot_pkt* upstream);
+
 // Drops every record that carries an address in `failed` (writes that did not
 // land).  An HTTPS/SVCB record goes whole: its hints are not rewritten.
 void RemoveAddresses(FilteredAnswer& a, const std::set<net::IpAddr>& failed);

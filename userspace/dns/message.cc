@@ -139,6 +139,14 @@ PktPtr ParseMessage(std::span<const uint8_t> wire) {
   return pkt;
 }
 
+PktPtr ParseQuestionOnly(std::span<const uint8_t> wire) {
+  if (wire.size() < KNOT_WIRE_HEADER_SIZE || wire.size() > kMaxMessage) return nullptr;
+  int ret = 0;
+  PktPtr pkt = ParseCopy(wire, /*question_only=*/true, &ret);
+  if (!pkt || ret != KNOT_EOK) return nullptr;
+  return pkt;
+}
+
 Bytes BuildUpstreamQuery(const Query& q) {
   Query lower = q;
   knot_dname_to_lower(lower.qname_wire.data());

@@ -82,6 +82,8 @@ ParsedQuery ParseQuery(std::span<const uint8_t> wire);
 
 // A message from an upstream, parsed; nullptr when it does not parse.
 PktPtr ParseMessage(std::span<const uint8_t> wire);
+// Only its header and question (a truncated answer's records may be cut).
+PktPtr ParseQuestionOnly(std::span<const uint8_t> wire);
 
 // The query egressd sends upstream for `q`: a fresh ID (the transport sets
 // its own), the question in lower case, RD and CD as asked, and EDNS only when

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -54,6 +55,11 @@ class DnsProxy {
   void Stop(uint64_t sandbox_id);
   bool Serves(uint64_t sandbox_id) const { return sandboxes_.count(sandbox_id) > 0; }
   size_t size() const { return sandboxes_.size(); }
+  std::vector<uint64_t> Served() const {
+    std::vector<uint64_t> ids;
+    for (const auto& [id, s] : sandboxes_) ids.push_back(id);
+    return ids;
+  }
 
   const Counters& counters() const { return counters_; }
 

@@ -64,6 +64,18 @@ Bytes Finish(const SandboxScope& sandbox, const Decision& fwd, const absl::Statu
     SPDLOG_DEBUG("dns: sandbox {}: {}: upstream: {}", sandbox.sandbox_id, q.qname, upstream.status().ToString());
     return servfail("egressd: no answer from the upstream resolver");
   }
+  // Truncated by the upstream: its records may be cut mid-way, so only the
+  // question is read; TC=1 to the client, nothing learned, and the client's
+  // TCP retry is the next (and only other) upstream query.
+  if (upstream->size() >= 12 && ((*upstream)[2] & 0x02) != 0) {
+    PktPtr head = ParseQuestionOnly(*upstream);
+    if (!AnswersQuestion(q, head.get())) {
+      ++counters.upstream_failed;
+      return servfail("egressd: the upstream's answer did not parse");
+    }
+    ++counters.truncated;
+    return BuildTruncated(q, static_cast<uint8_t>((*upstream)[3] & 0x0f));
+  }
   PktPtr pkt = ParseMessage(*upstream);
   std::optional<FilteredAnswer> a = FilterAnswer(q, pkt.get(), sandbox.protected_cidrs);
   if (!a) {
