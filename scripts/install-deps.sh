@@ -31,6 +31,9 @@ packages=(
   # bench/profile/: where the missed goals' time goes (perf samples, syscalls,
   # callgrind of egressctl's user space)
   linux-perf strace valgrind
+  # the DNS proxy: libknot (messages), c-ares (upstream transport), Boost.Asio
+  # (its event loop); its tests: dnsmasq (the upstream), dig and kdig
+  libknot-dev libc-ares-dev libboost-dev dnsmasq-base bind9-dnsutils knot-dnsutils
 )
 
 missing=()

@@ -14,7 +14,7 @@ fi
 # ctest (label fuzz) runs each fuzzer (the policy parsers, the port folding)
 # for 20 s on its seed corpus.
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
-cmake --build build-fuzz --target policy_fuzz allow_entries_fuzz
+cmake --build build-fuzz --target policy_fuzz allow_entries_fuzz dns_fuzz
 (cd build-fuzz && ctest -L fuzz --output-on-failure)
 export REQUIRE_BPF=1
 cd "${BUILD_DIR:-build}"
