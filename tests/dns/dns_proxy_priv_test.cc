@@ -3,7 +3,10 @@
 // forwarded, over UDP, TCP and IPv6, with the sandbox known by the socket a
 // query arrives on.  The kernel redirect is not involved (the dns-kernel
 // work): clients here talk to the endpoints directly.
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -331,6 +334,61 @@ TEST_F(DnsProxyPriv, FullMapRemovesWhatItCouldNotHold) {
   }
   EXPECT_THAT(answered, UnorderedElementsAreArray(held));  // no answer carries an address the map lacks
   EXPECT_EQ(proxy_map_->counters().learn_failed.load(), 1u);
+}
+
+TEST_F(DnsProxyPriv, AnEndpointServesOneSandboxOnly) {
+  std::promise<absl::Status> done;
+  boost::asio::post(*io_, [&] {
+    done.set_value(proxy_->Serve(ScopeOf(4242, {"allowed.example"}, {}), Endpoint{Ip(kEpB4), std::nullopt, kPortB}));
+  });
+  absl::Status s = done.get_future().get();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+  // Another proxy (another process, a second daemon) cannot take it either.
+  boost::asio::io_context other_io;
+  LockedSink other_sink;
+  DnsProxy other(other_io, *upstream_, other_sink);
+  absl::Status o = other.Serve(ScopeOf(4243, {"allowed.example"}, {}), Endpoint{Ip(kEpB4), std::nullopt, kPortB});
+  EXPECT_FALSE(o.ok());
+  EXPECT_NE(o.message().find("198.51.100.2"), std::string::npos) << o;
+  // Nor a bare UDP socket asking to share the port (SO_REUSEADDR): it would
+  // receive B's queries.
+  int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(u, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(kPortB);
+  inet_pton(AF_INET, kEpB4, &sin.sin_addr);
+  EXPECT_NE(bind(u, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0) << "a second socket shares B's endpoint";
+  close(u);
+  // B is still B.
+  EXPECT_EQ(Ask(kEpB4, kPortB, "allowed.example").rcode, KNOT_RCODE_NXDOMAIN);
+}
+
+TEST_F(DnsProxyPriv, ResolvedTableNeverShortensAnExpiry) {
+  int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "egr_resolved_s", sizeof(egr_resolved_key), sizeof(egr_resolved_val),
+                          16, nullptr);
+  ASSERT_GE(fd, 0);
+  maps::ResolvedTable t(fd);
+  net::IpAddr a = Ip("192.0.2.77");
+  ASSERT_TRUE(t.Learn(5, a, 2000, 1).ok());
+  ASSERT_TRUE(t.Learn(5, a, 1000, 2).ok());  // an older answer finishing late
+  auto v = t.Get(5, a);
+  ASSERT_TRUE(v.ok() && *v);
+  EXPECT_EQ((*v)->expires_boot_ns, 2000u);
+  ASSERT_TRUE(t.Learn(5, a, 3000, 3).ok());
+  EXPECT_EQ((*t.Get(5, a))->expires_boot_ns, 3000u);
+  EXPECT_FALSE(*t.Get(6, a));  // another sandbox holds nothing
+  // IPv4 is keyed as ::ffff:a.b.c.d, the form the programs look up.
+  egr_resolved_key k{};
+  k.sandbox_id = 5;
+  const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 77};
+  std::copy(mapped, mapped + 16, k.addr);
+  egr_resolved_val raw{};
+  EXPECT_EQ(bpf_map_lookup_elem(fd, &k, &raw), 0);
+  ASSERT_TRUE(t.RemoveSandbox(5).ok());
+  EXPECT_FALSE(*t.Get(5, a));
+  close(fd);
 }
 
 // Figures, not limits: latency of one query through the proxy, allowed

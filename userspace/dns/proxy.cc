@@ -114,7 +114,8 @@ class UdpServer : public std::enable_shared_from_this<UdpServer> {
     bool v6 = ep.address().is_v6();
     sock_.open(v6 ? udp::v6() : udp::v4(), ec);
     if (!ec && v6) sock_.set_option(asio::ip::v6_only(true), ec);
-    if (!ec) sock_.set_option(asio::socket_base::reuse_address(true), ec);
+    // No SO_REUSEADDR: on UDP it would let a second socket share the
+    // endpoint and take its queries, and the socket is the identity.
     if (!ec) {
       FreeBind(sock_, v6);
       sock_.bind(ep, ec);
@@ -369,6 +370,13 @@ absl::Status DnsProxy::Serve(SandboxScope scope, const Endpoint& ep) {
     return absl::OkStatus();
   }
   if (it != sandboxes_.end()) Stop(id);
+  for (const auto& [other, sb] : sandboxes_) {
+    bool shared = (ep.addr4 && ep.addr4 == sb->ep.addr4) || (ep.addr6 && ep.addr6 == sb->ep.addr6);
+    if (shared && ep.port == sb->ep.port) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("sandbox ", id, ": DNS endpoint ", ep.ToString(), " is sandbox ", other, "'s"));
+    }
+  }
   if (ep.port == 0 || (!ep.addr4 && !ep.addr6)) {
     return absl::InvalidArgumentError(absl::StrCat("sandbox ", id, ": DNS endpoint ", ep.ToString(), " has no address or port"));
   }
