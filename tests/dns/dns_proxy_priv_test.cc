@@ -14,6 +14,7 @@
 #include <future>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -389,6 +390,55 @@ TEST_F(DnsProxyPriv, ResolvedTableNeverShortensAnExpiry) {
   ASSERT_TRUE(t.RemoveSandbox(5).ok());
   EXPECT_FALSE(*t.Get(5, a));
   close(fd);
+}
+
+// TCP opens initiated in this network namespace (/proc/net/snmp), which
+// only the test's clients and the proxy's upstream channel make.
+long ActiveOpens() {
+  std::ifstream in("/proc/self/net/snmp");
+  std::string header, values;
+  while (std::getline(in, header) && std::getline(in, values)) {
+    if (header.rfind("Tcp:", 0) != 0) continue;
+    std::istringstream h(header), v(values);
+    std::string name, value;
+    while (h >> name && v >> value) {
+      if (name == "ActiveOpens") return std::stol(value);
+    }
+  }
+  return -1;
+}
+
+TEST_F(DnsProxyPriv, TcpStaysTcpAndUdpStaysUdp) {
+  // A proxy of its own, so its upstream channels start closed.
+  constexpr uint16_t kPortT = 5304;
+  std::promise<absl::Status> ready;
+  std::unique_ptr<Upstream> up;
+  std::unique_ptr<DnsProxy> proxy;
+  boost::asio::post(*io_, [&] {
+    UpstreamOptions uo;
+    uo.servers.push_back({Ip(kUpstream), 53});
+    auto u = Upstream::Create(*io_, uo);
+    if (!u.ok()) return ready.set_value(u.status());
+    up = std::move(*u);
+    proxy = std::make_unique<DnsProxy>(*io_, *up, *sink_);
+    ready.set_value(proxy->Serve(ScopeOf(1004, {"allowed.example"}, {}), Endpoint{Ip(kEpC4), std::nullopt, kPortT}));
+  });
+  ASSERT_TRUE(ready.get_future().get().ok());
+  long before = ActiveOpens();
+  EXPECT_EQ(Ask(kEpC4, kPortT, "allowed.example").rcode, 0);  // UDP in
+  EXPECT_EQ(ActiveOpens(), before) << "a UDP query was asked upstream over TCP";
+  auto answers = testing::TcpPipelined(kEpC4, kPortT, {MakeQuery("allowed.example")});  // TCP in
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_THAT(Parse(answers[0]).Addresses(), ::testing::ElementsAre("192.0.2.10"));
+  // Our client's connect, and the proxy's own to the upstream.
+  EXPECT_EQ(ActiveOpens(), before + 2) << "a TCP query was not asked upstream over TCP";
+  std::promise<void> gone;
+  boost::asio::post(*io_, [&] {
+    proxy.reset();
+    up.reset();
+    gone.set_value();
+  });
+  gone.get_future().get();
 }
 
 // Figures, not limits: latency of one query through the proxy, allowed
