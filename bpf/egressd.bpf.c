@@ -141,3 +141,34 @@ int BPF_PROG(egr_unix_may_send, struct socket *sock, struct socket *other, int r
 		return ret;
 	return egr_lsm_code(egr_unix_peer_judge(other ? BPF_CORE_READ(other, sk) : NULL));
 }
+
+/* recvmsg4/6 (unconnected UDP) and getpeername4/6: a redirected DNS socket
+ * sees its resolver, not its endpoint (lib/dns_redirect.h).  These program
+ * types must return 1. */
+SEC("cgroup/recvmsg4")
+int egr_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	egr_dns_restore_peer4(ctx);
+	return 1;
+}
+
+SEC("cgroup/recvmsg6")
+int egr_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	egr_dns_restore_peer6(ctx);
+	return 1;
+}
+
+SEC("cgroup/getpeername4")
+int egr_getpeername4(struct bpf_sock_addr *ctx)
+{
+	egr_dns_restore_peer4(ctx);
+	return 1;
+}
+
+SEC("cgroup/getpeername6")
+int egr_getpeername6(struct bpf_sock_addr *ctx)
+{
+	egr_dns_restore_peer6(ctx);
+	return 1;
+}

@@ -59,6 +59,10 @@ constexpr ProgramSlot kPrograms[] = {
     {"egr_socket_sendmsg", &SkeletonPrograms::egr_socket_sendmsg, true},
     {"egr_unix_connect", &SkeletonPrograms::egr_unix_connect, true},
     {"egr_unix_may_send", &SkeletonPrograms::egr_unix_may_send, true},
+    {"egr_recvmsg4", &SkeletonPrograms::egr_recvmsg4},
+    {"egr_recvmsg6", &SkeletonPrograms::egr_recvmsg6},
+    {"egr_getpeername4", &SkeletonPrograms::egr_getpeername4},
+    {"egr_getpeername6", &SkeletonPrograms::egr_getpeername6},
 };
 
 std::string LinkDir(const Paths& p) { return p.pin_root + "/links"; }

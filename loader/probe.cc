@@ -92,7 +92,7 @@ std::vector<ProbeItem> ProbeKernel(const Paths& paths) {
                      known ? "not mounted; `egressctl load` mounts it"
                            : "this kernel has no bpf filesystem (CONFIG_BPF_SYSCALL)"});
   }
-  items.push_back(ProgType("program type cgroup_sock_addr (connect4/6, sendmsg4/6)",
+  items.push_back(ProgType("program type cgroup_sock_addr (connect4/6, sendmsg4/6, recvmsg4/6, getpeername4/6)",
                            BPF_PROG_TYPE_CGROUP_SOCK_ADDR));
   items.push_back(ProgType("program type cgroup_skb (egress backstop)", BPF_PROG_TYPE_CGROUP_SKB));
   BpfLsmState lsm = ProbeBpfLsm();

@@ -250,6 +250,9 @@ enum egr_reason {
 	EGR_REASON_FOREIGN_PEER,    /* an abstract unix peer outside the sandbox */
 	EGR_REASON_LOOPBACK_LEAVES, /* a loopback destination on a real link */
 	EGR_REASON_UNRECORDED_OPEN, /* a TCP SYN no allowed connect() recorded */
+	EGR_REASON_DNS_REDIRECT,    /* a query steered to the sandbox's endpoint */
+	EGR_REASON_DNS_REFUSED,     /* a query with no endpoint, or bypassing it */
+	EGR_REASON_DNS_ENDPOINT,    /* a redirected socket's packet to its endpoint */
 };
 
 enum egr_event_kind {

@@ -15,6 +15,7 @@
 #include "lib/packet.h"
 #include "lib/decision.h"
 #include "lib/verdict.h"
+#include "lib/dns_redirect.h"
 
 #define EGR_LOOPBACK_IFINDEX 1 /* `lo` has this index in every netns */
 
@@ -90,6 +91,18 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 			return egr_deny(pol, EGR_REASON_LOOPBACK_LEAVES);
 		if (st && (st->flags & EGR_SOCK_FOREIGN_NETNS))
 			return egr_decide(EGR_PASS, EGR_REASON_OWN_LOOPBACK);
+	}
+
+	/* Before the policy: an endpoint may lie in a protected range (a pod
+	 * gateway) or on the node's loopback, and port 53 is never judged by
+	 * the policy at all. */
+	switch (egr_dns_backstop(sb, st, &p.dst, p.dport, p.nsegments)) {
+	case EGR_DNS_REDIRECTED:
+		return egr_decide(EGR_PASS, EGR_REASON_DNS_ENDPOINT);
+	case EGR_DNS_REFUSED:
+		return egr_deny(pol, EGR_REASON_DNS_REFUSED);
+	default:
+		break;
 	}
 
 	if (st && (st->flags & EGR_SOCK_CONNECTED) && !p.nsegments &&

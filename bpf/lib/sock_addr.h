@@ -11,6 +11,7 @@
 #include "lib/addr.h"
 #include "lib/decision.h"
 #include "lib/verdict.h"
+#include "lib/dns_redirect.h"
 
 /* is_v4 is a constant per program: each SEC() wrapper gets straight-line
  * context reads (the verifier rejects a computed context pointer). */
@@ -117,6 +118,19 @@ static __always_inline struct egr_decision egr_sock_addr_judge(struct bpf_sock_a
 	egr_sock_addr_dst(ctx, is_v4, &dst);
 	port = bpf_ntohs((__u16)ctx->user_port);
 	foreign = egr_in_foreign_netns(ctx);
+
+	/* DNS first, before any address check (lib/dns_redirect.h). */
+	switch (egr_dns_redirect(ctx, sb, &dst, is_v4, is_connect,
+				 foreign ? EGR_SOCK_FOREIGN_NETNS : 0)) {
+	case EGR_DNS_REDIRECTED:
+		return egr_decide(EGR_PASS, EGR_REASON_DNS_REDIRECT);
+	case EGR_DNS_REFUSED:
+		if (is_connect) /* the socket keeps no record of an allowed destination */
+			egr_note_socket(ctx, sb, &dst, EGR_NOTE_CONNECT_DENIED, foreign);
+		return egr_decide(EGR_DENY_REJECT, EGR_REASON_DNS_REFUSED);
+	default:
+		break;
+	}
 
 	pol = bpf_map_lookup_elem(&egr_policy_v1, &sb->policy_id);
 	if (!pol)

@@ -100,7 +100,7 @@ class Failures : public testing::Test {
 
 TEST_F(Failures, RefusedAttachOnAFreshLoadRollsBackTheLinksAlreadyAttached) {
   Instance inst("attach");
-  // The fourth of six programs: three are attached when it fails.
+  // The fourth of ten cgroup programs: three are attached when it fails.
   RunResult r = inst.Ctl({"load"}, {{"EGRESSD_FAULT", "attach:egr_sendmsg6=EPERM"}});
   ExpectSystemFailure(r, "egr_sendmsg6");
   EXPECT_TRUE(absl::StrContains(r.err, "rolled back: egr_sendmsg4 detached, egr_connect6 detached, "
@@ -113,15 +113,15 @@ TEST_F(Failures, RefusedAttachOnAFreshLoadRollsBackTheLinksAlreadyAttached) {
   // And the instance is usable afterwards: the next load attaches everything.
   RunResult again = inst.Ctl({"load"});
   EXPECT_EQ(again.exit_code, 0) << again.Describe();
-  // Six cgroup links, and four LSM links where the bpf LSM is in force.
-  EXPECT_EQ(LinkPrograms(inst.pins()).size(), inst.Status().value("socket_containment", false) ? 10u : 6u);
+  // Ten cgroup links, and four LSM links where the bpf LSM is in force.
+  EXPECT_EQ(LinkPrograms(inst.pins()).size(), inst.Status().value("socket_containment", false) ? 14u : 10u);
 }
 
 TEST_F(Failures, RefusedUpdateOnAnUpgradePutsTheOldProgramsBack) {
   Instance inst("upgrade");
   ASSERT_EQ(inst.Ctl({"load"}).exit_code, 0);
   auto before = LinkPrograms(inst.pins());
-  ASSERT_EQ(before.size(), inst.Status().value("socket_containment", false) ? 10u : 6u);
+  ASSERT_EQ(before.size(), inst.Status().value("socket_containment", false) ? 14u : 10u);
   // A kernel EINVAL is the kernel's answer, not bad input.
   RunResult r = inst.Ctl({"load"}, {{"EGRESSD_FAULT", "attach:egr_skb_egress=EINVAL"}});
   ExpectSystemFailure(r, "egr_skb_egress");
@@ -129,17 +129,18 @@ TEST_F(Failures, RefusedUpdateOnAnUpgradePutsTheOldProgramsBack) {
   EXPECT_EQ(LinkPrograms(inst.pins()), before) << "every hook must run the programs it ran before";
 }
 
-// The last cgroup hook (cgroup/setsockopt; the LSM hooks, where the bpf LSM
-// is in force, come after it): every hook before it was swapped to the new
-// programs when it fails, and each goes back.
+// The last hook (cgroup/getpeername6, after the LSM hooks where the bpf LSM
+// is in force): every hook before it was swapped to the new programs when it
+// fails, and each goes back.
 TEST_F(Failures, RefusedUpdateOfTheLastHookPutsEveryOtherHookBack) {
   Instance inst("upgrade-last");
   ASSERT_EQ(inst.Ctl({"load"}).exit_code, 0);
   auto before = LinkPrograms(inst.pins());
-  ASSERT_EQ(before.size(), inst.Status().value("socket_containment", false) ? 10u : 6u);
-  RunResult r = inst.Ctl({"load"}, {{"EGRESSD_FAULT", "attach:egr_setsockopt=EINVAL"}});
-  ExpectSystemFailure(r, "egr_setsockopt");
+  ASSERT_EQ(before.size(), inst.Status().value("socket_containment", false) ? 14u : 10u);
+  RunResult r = inst.Ctl({"load"}, {{"EGRESSD_FAULT", "attach:egr_getpeername6=EINVAL"}});
+  ExpectSystemFailure(r, "egr_getpeername6");
   EXPECT_TRUE(absl::StrContains(r.err, "egr_skb_egress back on its previous program")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "egr_getpeername4 back on its previous program")) << r.err;
   EXPECT_EQ(LinkPrograms(inst.pins()), before) << "every hook must run the programs it ran before";
 }
 

@@ -31,6 +31,9 @@ const char* BareReason(uint8_t reason, uint8_t action) {
     case EGR_REASON_FOREIGN_PEER: return "foreign-peer";
     case EGR_REASON_LOOPBACK_LEAVES: return "loopback-leaves";
     case EGR_REASON_UNRECORDED_OPEN: return "unrecorded-open";
+    case EGR_REASON_DNS_REDIRECT: return "dns-redirect";
+    case EGR_REASON_DNS_REFUSED: return "dns-refused";
+    case EGR_REASON_DNS_ENDPOINT: return "dns-endpoint";
   }
   return nullptr;
 }

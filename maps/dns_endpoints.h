@@ -1,0 +1,57 @@
+// egr_dns_v1 and egr_dnsep_v1: the DNS endpoint of each sandbox (where the
+// kernel steers its queries, bpf/lib/dns_redirect.h) and the reverse entry
+// that guards it (only that sandbox's redirected sockets may reach it).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "userspace/common/unique_fd.h"
+#include "userspace/net/ip.h"
+
+namespace egressd::maps {
+
+// One endpoint: an address of either family or both, and one port (host
+// order) shared by both.  An absent family's queries are refused.
+struct DnsEndpoint {
+  std::optional<net::IpAddr> addr4;
+  std::optional<net::IpAddr> addr6;
+  uint16_t port = 0;
+
+  bool operator==(const DnsEndpoint&) const = default;
+};
+
+struct DnsEndpointEntry {
+  uint64_t sandbox_id;
+  DnsEndpoint endpoint;
+};
+
+class DnsEndpoints {
+ public:
+  // Opens both maps pinned under pin_root; NotFound names the missing pin.
+  static absl::StatusOr<DnsEndpoints> Open(const std::string& pin_root);
+
+  // Gives sandbox_id this endpoint (replacing any earlier one).  The reverse
+  // entries are written first and the stale ones removed last, so there is
+  // never a forward entry without its guard.  InvalidArgument for an
+  // endpoint without a port or an address, or with an address of the wrong
+  // family; AlreadyExists when another sandbox holds one of its addresses
+  // at that port.
+  absl::Status Set(uint64_t sandbox_id, const DnsEndpoint& ep);
+  // Removes the forward entry first (no query is steered there any more),
+  // then its reverse entries (a guard outlives its redirect, so an endpoint
+  // is never left unguarded).  Absent is fine.
+  absl::Status Remove(uint64_t sandbox_id);
+  absl::StatusOr<std::optional<DnsEndpoint>> Get(uint64_t sandbox_id) const;
+  absl::StatusOr<std::vector<DnsEndpointEntry>> List() const;
+  // Reverse entries whose owner has no forward entry naming them (a crash
+  // between the two writes of Set or Remove); reconcile removes them.
+  absl::Status RemoveOrphanGuards();
+
+ private:
+  UniqueFd dns_, dnsep_;
+};
+
+}  // namespace egressd::maps
