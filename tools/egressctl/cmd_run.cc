@@ -167,6 +167,8 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   auto policy = CompileFlags(flags);
   if (!policy.ok()) return Report(policy.status());
   if (auto labels = ParseLabels(sandbox); !labels.ok()) return Report(labels.status());
+  control::SandboxSpec dns_check;
+  if (auto s = ParseDnsEndpoints(sandbox, dns_check); !s.ok()) return Report(s);
   PrintWarnings(*policy);
   sandbox::IsolationSpec spec;
   spec.argv = command;

@@ -97,6 +97,8 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
   auto policy = CompileFlags(flags);
   if (!policy.ok()) return Report(policy.status());
   if (auto labels = ParseLabels(sandbox); !labels.ok()) return Report(labels.status());
+  control::SandboxSpec dns_check;
+  if (auto s = ParseDnsEndpoints(sandbox, dns_check); !s.ok()) return Report(s);
   PrintWarnings(*policy);
   if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
   auto id = RegistrableCgroupId(paths, cgroup);

@@ -42,6 +42,8 @@ struct PolicyFlags {
 struct SandboxFlags {
   std::vector<std::string> labels;  // --label KEY=VALUE (repeatable)
   std::string netns;                // sandbox add --netns PATH (empty: not known)
+  std::string dns_endpoint4;        // --dns-endpoint4 ADDR (empty: none)
+  std::string dns_endpoint6;        // --dns-endpoint6 ADDR (empty: none)
 };
 
 // Where the socket-family hooks are missing: FailedPrecondition naming what

@@ -79,6 +79,11 @@ void AddSandboxFlags(CLI::App* cmd, egressd::cli::SandboxFlags& f) {
       ->type_size(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--dns-endpoint4", f.dns_endpoint4,
+                  "IPv4 address of the sandbox's DNS endpoint (its queries to port 53 are steered there, a port "
+                  "of its own): one its netns routes to this node, e.g. a pod's gateway, or 127.0.0.1 in the "
+                  "node's netns.  Without an endpoint of a family, the sandbox's DNS in it is refused");
+  cmd->add_option("--dns-endpoint6", f.dns_endpoint6, "IPv6 address of the sandbox's DNS endpoint (as --dns-endpoint4)");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/node.h"
+#include "userspace/net/ip.h"
 
 namespace egressd::cli {
 
@@ -15,10 +16,27 @@ absl::StatusOr<control::Labels> ParseLabels(const SandboxFlags& flags) {
   return labels;
 }
 
+absl::Status ParseDnsEndpoints(const SandboxFlags& flags, control::SandboxSpec& spec) {
+  auto one = [](const std::string& flag, const std::string& text, bool v4,
+                std::optional<net::IpAddr>& into) -> absl::Status {
+    if (text.empty()) return absl::OkStatus();
+    auto a = net::IpAddr::Parse(text);
+    if (!a.ok() || a->is_v4() != v4 || a->bytes() == std::array<uint8_t, 16>{}) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " ", net::Quote(text), " is not ",
+                                                     v4 ? "an IPv4" : "an IPv6", " unicast address"));
+    }
+    into = *a;
+    return absl::OkStatus();
+  };
+  EGR_RETURN_IF_ERROR(one("--dns-endpoint4", flags.dns_endpoint4, true, spec.dns_addr4));
+  return one("--dns-endpoint6", flags.dns_endpoint6, false, spec.dns_addr6);
+}
+
 absl::StatusOr<control::SandboxSpec> MakeSandboxSpec(const SandboxFlags& flags, const std::string& path,
                                                      uint64_t cgroup_id, const std::string& default_netns) {
   control::SandboxSpec spec{.cgroup_id = cgroup_id, .cgroup_path = path};
   EGR_ASSIGN_OR_RETURN(spec.labels, ParseLabels(flags));
+  EGR_RETURN_IF_ERROR(ParseDnsEndpoints(flags, spec));
   const std::string netns = flags.netns.empty() ? default_netns : flags.netns;
   if (netns.empty()) return spec;
   struct stat st {};

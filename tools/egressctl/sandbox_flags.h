@@ -12,6 +12,8 @@ namespace egressd::cli {
 
 // Labels only: validated before anything is created.
 absl::StatusOr<control::Labels> ParseLabels(const SandboxFlags& flags);
+// --dns-endpoint4/6 into spec (InvalidArgument naming the value).
+absl::Status ParseDnsEndpoints(const SandboxFlags& flags, control::SandboxSpec& spec);
 
 // The spec of cgroup `path` (id `cgroup_id`), its netns from flags.netns or,
 // when that is empty, `default_netns` (run: egressctl's own); "" for none.

@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "maps/dns_endpoints.h"
 #include "maps/pinned_maps.h"
 #include "maps/policy_store.h"
 #include "maps/sandbox_table.h"
@@ -98,11 +99,44 @@ absl::Status ReconcileRecord(const Snapshot& s, SandboxRecord r, const SandboxRe
   return records.Write(r);
 }
 
+// The DNS endpoints follow the records (which are written first): a sandbox
+// entry whose record names an endpoint gets it; any other endpoint goes, and
+// every guard whose owner does not name it.
+absl::StatusOr<uint32_t> ReconcileDns(const Paths& paths, const maps::SandboxTable& table,
+                                      const SandboxRecords& records) {
+  EGR_ASSIGN_OR_RETURN(auto dns, maps::DnsEndpoints::Open(paths.pin_root));
+  EGR_ASSIGN_OR_RETURN(auto all, records.List());
+  EGR_ASSIGN_OR_RETURN(auto entries, table.List());
+  absl::flat_hash_map<uint64_t, maps::DnsEndpoint> wanted;
+  for (const auto& r : all) {
+    bool sandbox = false;
+    for (const auto& e : entries) sandbox |= e.cgroup_id == r.cgroup_id && e.value.kind == EGR_CG_SANDBOX;
+    if (sandbox && r.dns) wanted[r.cgroup_id] = *r.dns;
+  }
+  uint32_t fixed = 0;
+  EGR_ASSIGN_OR_RETURN(auto present, dns.List());
+  for (const auto& e : present) {
+    if (wanted.contains(e.sandbox_id)) continue;
+    spdlog::info("sandbox {}: a DNS endpoint no record names: removed", e.sandbox_id);
+    EGR_RETURN_IF_ERROR(dns.Remove(e.sandbox_id));
+    ++fixed;
+  }
+  for (const auto& [cg, ep] : wanted) {
+    EGR_ASSIGN_OR_RETURN(auto have, dns.Get(cg));
+    if (have && *have == ep) continue;
+    spdlog::info("sandbox {}: its DNS endpoint (port {}) was not in force: written", cg, ep.port);
+    EGR_RETURN_IF_ERROR(dns.Set(cg, ep));
+    ++fixed;
+  }
+  EGR_RETURN_IF_ERROR(dns.RemoveOrphanGuards());
+  return fixed;
+}
+
 }  // namespace
 
 bool ReconcileReport::changed() const {
   return records_dropped + records_reverted + records_repaired + records_created + records_quarantined + dead_cgroups +
-             refcounts_fixed + headers_collected + keys_collected >
+             refcounts_fixed + headers_collected + keys_collected + dns_endpoints_fixed >
          0;
 }
 
@@ -174,6 +208,7 @@ absl::StatusOr<ReconcileReport> Reconcile(const Paths& paths, const InstanceLock
     }
   }
   EGR_ASSIGN_OR_RETURN(report.keys_collected, store.CollectOrphanKeys());
+  EGR_ASSIGN_OR_RETURN(report.dns_endpoints_fixed, ReconcileDns(paths, table, records));
   return report;
 }
 

@@ -21,6 +21,8 @@
 //   - C no longer exists (its cgroup was removed): no process can run in it,
 //     so M and R go.
 // A record file that does not parse is moved aside (<id>.json.corrupt).
+// DNS endpoints (egr_dns_v1, egr_dnsep_v1) follow the records: each sandbox
+// gets the endpoint its record names, every other endpoint and guard goes.
 // For each sandbox entry M without a record: kept (unregistering would open
 // the cgroup), and given a record as above (path and labels unknown).
 // Then every header's refcount becomes the number of entries pointing at it
@@ -49,6 +51,7 @@ struct ReconcileReport {
   uint32_t refcounts_fixed = 0;
   uint32_t headers_collected = 0;  // no sandbox pointed at them
   uint32_t keys_collected = 0;     // their policy id had no header
+  uint32_t dns_endpoints_fixed = 0;  // an endpoint not as the records say
   bool changed() const;
 };
 

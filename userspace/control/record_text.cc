@@ -130,21 +130,15 @@ std::string ToJsonText(const SandboxRecord& r) {
   } else {
     out += "null";
   }
+  if (r.dns) {
+    out += ",\"dns\":{";
+    if (r.dns->addr4) absl::StrAppend(&out, "\"addr4\":\"", r.dns->addr4->ToString(), "\",");
+    if (r.dns->addr6) absl::StrAppend(&out, "\"addr6\":\"", r.dns->addr6->ToString(), "\",");
+    absl::StrAppend(&out, "\"port\":", r.dns->port, "}");
+  }
   if (!r.note.empty()) {
     out += ",\"note\":";
     AppendString(out, r.note);
-  }
-  if (r.dns) {
-    out += ",\"dns\":{";
-    bool first = true;
-    for (const auto* a : {&r.dns->addr4, &r.dns->addr6}) {
-      if (!*a) continue;
-      out += first ? "" : ",";
-      out += a == &r.dns->addr4 ? "\"addr4\":" : "\"addr6\":";
-      AppendString(out, (*a)->ToString());
-      first = false;
-    }
-    absl::StrAppend(&out, first ? "" : ",", "\"port\":", r.dns->port, "}");
   }
   out += "}\n";
   return out;
@@ -236,8 +230,8 @@ class RecordSax : public nlohmann::json_sax<Json> {
       r_.netns_cookie = v;
     } else if (Is({"netns_inode"})) {
       r_.netns_inode = v;
-    } else if (Is({"dns", "port"})) {
-      if (v > 65535) return Fail("dns.port out of range");
+    } else if (Is({"dns", "port"}) && r_.dns) {
+      if (v == 0 || v > 65535) return Fail(absl::StrCat("dns.port ", v, " out of range"));
       r_.dns->port = static_cast<uint16_t>(v);
     } else if (Is({"current", "policy_id"})) {
       if (v > UINT32_MAX) return Fail("policy_id out of range");
@@ -255,7 +249,7 @@ class RecordSax : public nlohmann::json_sax<Json> {
 
 bool RecordSax::start_object(std::size_t) {
   if (Is({"dns"})) {
-    r_.dns = DnsEndpoint{};
+    r_.dns = maps::DnsEndpoint{};
   } else if (Is({"current", "policy"})) {
     Ref().policy = policy::CompiledPolicy{};
     ++policies;
@@ -281,15 +275,20 @@ bool RecordSax::string(string_t& s) {
     into = *c;
     return true;
   };
+  auto dns_addr = [&](std::optional<net::IpAddr>& into) {
+    auto a = net::IpAddr::Parse(s);
+    if (!a.ok()) return Fail(absl::StrCat("dns: ", a.status().message()));
+    into = *a;
+    return true;
+  };
   if (Is({"cgroup_path"})) {
     r_.cgroup_path = std::move(s);
+  } else if (Is({"dns", "addr4"}) && r_.dns) {
+    return dns_addr(r_.dns->addr4);
+  } else if (Is({"dns", "addr6"}) && r_.dns) {
+    return dns_addr(r_.dns->addr6);
   } else if (Is({"note"})) {
     r_.note = std::move(s);
-  } else if (Is({"dns", "addr4"}) || Is({"dns", "addr6"})) {
-    bool v4 = Is({"dns", "addr4"});
-    auto ip = net::IpAddr::Parse(s);
-    if (!ip.ok() || ip->is_v4() != v4) return Fail("dns address \"" + s + "\" is not an address of its family");
-    (v4 ? r_.dns->addr4 : r_.dns->addr6) = *ip;
   } else if (frames_.size() == 2 && frames_[0] == "labels") {
     r_.labels[frames_[1]] = std::move(s);
   } else if (frames_.size() == 3 && frames_[0] == "previous" && frames_[1] == "labels") {
@@ -340,6 +339,9 @@ absl::StatusOr<SandboxRecord> ParseRecordText(std::string_view text) {
   if (!sax.saw_cgroup) return absl::DataLossError("no cgroup_id");
   if (!sax.saw_current) return absl::DataLossError("no current policy");
   if (sax.verdict_fields != 2 * sax.policies) return absl::DataLossError("a policy without its default or on_deny");
+  if (r.dns) {
+    if (absl::Status s = CheckDnsEndpoint(*r.dns); !s.ok()) return absl::DataLossError(absl::StrCat("dns: ", s.message()));
+  }
   return r;
 }
 

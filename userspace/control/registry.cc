@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "maps/dns_endpoints.h"
 #include "maps/pinned_maps.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/fault.h"
@@ -15,7 +16,35 @@ struct Env {
   maps::PolicyStore& store;
   maps::SandboxTable& table;
   const SandboxRecords& records;
+  maps::DnsEndpoints& dns;
 };
+
+// The endpoint sandbox `cg` is given: its addresses from the spec, and the
+// port it had (registered again) or the lowest one no other record holds.
+absl::StatusOr<std::optional<maps::DnsEndpoint>> EndpointFor(const SandboxSpec& spec, const SandboxRecords& records,
+                                                             const std::optional<SandboxRecord>& old) {
+  if (!spec.dns_addr4 && !spec.dns_addr6) return std::optional<maps::DnsEndpoint>();
+  maps::DnsEndpoint ep{.addr4 = spec.dns_addr4, .addr6 = spec.dns_addr6};
+  EGR_RETURN_IF_ERROR(CheckDnsEndpoint(maps::DnsEndpoint{ep.addr4, ep.addr6, kDnsPortFirst}));
+  if (old && old->dns) {
+    ep.port = old->dns->port;
+    return std::optional(ep);
+  }
+  std::vector<uint64_t> corrupt;  // a record that does not parse holds no port
+  EGR_ASSIGN_OR_RETURN(auto all, records.List(&corrupt));
+  std::vector<bool> used(kDnsPortLast - kDnsPortFirst + 1);
+  for (const auto& r : all) {
+    if (r.cgroup_id == spec.cgroup_id || !r.dns) continue;
+    if (r.dns->port >= kDnsPortFirst && r.dns->port <= kDnsPortLast) used[r.dns->port - kDnsPortFirst] = true;
+  }
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (used[i]) continue;
+    ep.port = static_cast<uint16_t>(kDnsPortFirst + i);
+    return std::optional(ep);
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("every DNS endpoint port (", kDnsPortFirst, "-", kDnsPortLast,
+                                                   ") of this node is taken"));
+}
 
 // The contents of the policy installed under `id`, as the record knows them
 // (its current policy, or the one a flip was replacing).
@@ -81,7 +110,8 @@ absl::Status Registry::Locked(Fn fn) {
   maps::PolicyStore store(maps);
   maps::SandboxTable table(maps);
   SandboxRecords records(paths_);
-  return fn(Env{store, table, records});
+  EGR_ASSIGN_OR_RETURN(auto dns, maps::DnsEndpoints::Open(paths_.pin_root));
+  return fn(Env{store, table, records, dns});
 }
 
 absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::CompiledPolicy& p) {
@@ -92,6 +122,8 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
     const bool flip = old && old->kind == EGR_CG_SANDBOX;
     const std::string step = flip ? "flip" : "register";
 
+    EGR_ASSIGN_OR_RETURN(const std::optional<maps::DnsEndpoint> endpoint,
+                         EndpointFor(sandbox, env.records, old_record));
     const uint64_t hash = p.ContentHash();
     EGR_ASSIGN_OR_RETURN(maps::PolicyId id, FindEqualPolicy(env.store, env.table, env.records, p, hash, cg));
     const bool shared = id != 0;
@@ -105,7 +137,8 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
                          .labels = sandbox.labels,
                          .netns_cookie = sandbox.netns_cookie,
                          .netns_inode = sandbox.netns_inode,
-                         .current = {id, p}};
+                         .current = {id, p},
+                         .dns = endpoint};
     const policy::CompiledPolicy* old_policy = flip ? KnownPolicy(old_record, old->policy_id) : nullptr;
     if (flip) {
       record.previous = PolicyRef{old->policy_id, old_policy ? std::optional(*old_policy) : std::nullopt};
@@ -122,6 +155,16 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
     }
     CrashPoint(step + ":after-policy-write");
 
+    // 2b. Its DNS endpoint, before the sandbox is judged by the new policy.
+    if (endpoint) {
+      if (s = env.dns.Set(cg, *endpoint); !s.ok()) {
+        (void)env.store.Release(id, p);
+        RestoreRecord(env.records, cg, old_record);
+        return s;
+      }
+      CrashPoint(step + ":after-dns");
+    }
+
     // 3. The flip: one map update.
     if (s = env.table.Point(cg, id); !s.ok()) {
       (void)env.store.Release(id, p);
@@ -135,6 +178,8 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
       EGR_RETURN_IF_ERROR(ReleaseKnown(env.store, old->policy_id, old_policy));
       CrashPoint(step + ":after-release");
     }
+    // 5. An endpoint the sandbox no longer has (registered again without one).
+    if (!endpoint) EGR_RETURN_IF_ERROR(env.dns.Remove(cg));
     spdlog::debug("cgroup {} now judged by policy {:#x}{}", cg, id, shared ? " (shared)" : "");
     return absl::OkStatus();
   });
@@ -152,6 +197,8 @@ absl::Status Registry::Unregister(uint64_t cgroup_id) {
         CrashPoint("remove:after-release");
       }
     }
+    EGR_RETURN_IF_ERROR(env.dns.Remove(cgroup_id));
+    CrashPoint("remove:after-dns");
     return env.records.Remove(cgroup_id);
   });
 }
@@ -164,7 +211,8 @@ absl::Status Registry::Contain(uint64_t cgroup_id) {
     if (old && old->kind == EGR_CG_SANDBOX) {
       EGR_RETURN_IF_ERROR(ReleaseKnown(env.store, old->policy_id, KnownPolicy(record, old->policy_id)));
     }
-    // A contained root is no sandbox: it has no record.
+    // A contained root is no sandbox: it has no record and no endpoint.
+    EGR_RETURN_IF_ERROR(env.dns.Remove(cgroup_id));
     return env.records.Remove(cgroup_id);
   });
 }

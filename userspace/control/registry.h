@@ -11,12 +11,17 @@
 //                  header (or one more reference to an equal policy), the flip
 //                  (one map update), release of the old policy;
 //   remove:        unregister (one map update), release, delete the record.
+// A sandbox's DNS endpoint (SandboxSpec::dns_addr4/6) is in the record from
+// step 1 and written to egr_dns_v1/egr_dnsep_v1 after the policy, before the
+// flip ("register:after-dns"), so a sandbox is never judged without the
+// endpoint it was given; removed after the release ("remove:after-dns").
 // Each step is followed by a CrashPoint ("register:after-record",
 // "flip:after-policy-write", "remove:after-release", ...) for the
 // crash-consistency test.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,7 +41,19 @@ struct SandboxSpec {
   Labels labels;
   uint64_t netns_cookie = 0;  // 0: not known
   uint64_t netns_inode = 0;
+  // The DNS endpoint's addresses (an address the sandbox's netns routes to
+  // egressd's node: a pod's gateway, or loopback for a sandbox in the node's
+  // netns).  Neither: the sandbox gets no endpoint and its DNS is refused.
+  // The port is the registry's to choose (kDnsPortFirst..kDnsPortLast).
+  std::optional<net::IpAddr> dns_addr4, dns_addr6;
 };
+
+// The ports DNS endpoints are allocated from, one per sandbox of a node (the
+// lowest free one; a sandbox registered again keeps its port).  Below the
+// kernel's default ephemeral range (32768-60999), so an endpoint's port is
+// never a client socket's.
+inline constexpr uint16_t kDnsPortFirst = 20000;
+inline constexpr uint16_t kDnsPortLast = 29999;
 
 class Registry {
  public:

@@ -195,14 +195,14 @@ json ToJson(const SandboxRecord& r) {
   j["current"] = RefToJson(r.current);
   j["previous"] = r.previous ? RefToJson(*r.previous) : json(nullptr);
   if (r.previous) j["previous"]["labels"] = r.previous_labels;
-  if (!r.note.empty()) j["note"] = r.note;
   if (r.dns) {
-    json d = json::object();
+    json d;
     if (r.dns->addr4) d["addr4"] = r.dns->addr4->ToString();
     if (r.dns->addr6) d["addr6"] = r.dns->addr6->ToString();
     d["port"] = r.dns->port;
     j["dns"] = d;
   }
+  if (!r.note.empty()) j["note"] = r.note;
   return j;
 }
 
@@ -231,24 +231,34 @@ absl::StatusOr<SandboxRecord> SandboxRecordFromJson(const json& j) {
       }
     }
   }
-  r.note = j.value("note", std::string());
-  if (j.contains("dns") && j["dns"].is_object()) {
+  if (j.contains("dns") && !j["dns"].is_null()) {
     const json& d = j["dns"];
-    DnsEndpoint ep;
-    for (const char* fam : {"addr4", "addr6"}) {
-      if (!d.contains(fam)) continue;
-      if (!d[fam].is_string()) return Bad(absl::StrCat("record: dns.", fam, " is not a string"));
-      auto ip = net::IpAddr::Parse(d[fam].get<std::string>());
-      if (!ip.ok() || ip->is_v4() != (fam[4] == '4')) return Bad(absl::StrCat("record: dns.", fam, " is not an address of its family"));
-      (fam[4] == '4' ? ep.addr4 : ep.addr6) = *ip;
+    if (!d.is_object()) return Bad("record: \"dns\" is not an object");
+    maps::DnsEndpoint ep;
+    for (const char* key : {"addr4", "addr6"}) {
+      if (!d.contains(key)) continue;
+      if (!d[key].is_string()) return Bad(absl::StrCat("record: dns.", key, " is not a string"));
+      auto a = net::IpAddr::Parse(d[key].get<std::string>());
+      if (!a.ok()) return Bad(absl::StrCat("record: dns.", key, ": ", a.status().message()));
+      (std::string(key) == "addr4" ? ep.addr4 : ep.addr6) = *a;
     }
-    if (!d.contains("port") || !d["port"].is_number_unsigned() || d["port"].get<uint64_t>() > 65535) {
-      return Bad("record: dns.port is not 0-65535");
-    }
-    ep.port = static_cast<uint16_t>(d["port"].get<uint64_t>());
+    if (!d.contains("port") || !d["port"].is_number_unsigned()) return Bad("record: dns.port missing");
+    uint64_t port = d["port"].get<uint64_t>();
+    if (port == 0 || port > 65535) return Bad(absl::StrCat("record: dns.port ", port, " out of range"));
+    ep.port = static_cast<uint16_t>(port);
+    EGR_RETURN_IF_ERROR(CheckDnsEndpoint(ep));
     r.dns = ep;
   }
+  r.note = j.value("note", std::string());
   return r;
+}
+
+absl::Status CheckDnsEndpoint(const maps::DnsEndpoint& ep) {
+  if (ep.port == 0 || ep.port == 53) return Bad(absl::StrCat("DNS endpoint port ", ep.port, ": must be 1-65535, not 53"));
+  if (!ep.addr4 && !ep.addr6) return Bad("DNS endpoint without an address");
+  if (ep.addr4 && !ep.addr4->is_v4()) return Bad(absl::StrCat("DNS endpoint addr4 ", ep.addr4->ToString(), " is not IPv4"));
+  if (ep.addr6 && ep.addr6->is_v4()) return Bad(absl::StrCat("DNS endpoint addr6 ", ep.addr6->ToString(), " is not IPv6"));
+  return absl::OkStatus();
 }
 
 bool SameContents(const policy::CompiledPolicy& a, const policy::CompiledPolicy& b) {

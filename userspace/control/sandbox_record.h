@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "maps/dns_endpoints.h"
 #include "maps/lpm_keys.h"
 #include "userspace/common/node.h"
 #include "userspace/policy/compiled_policy.h"
@@ -43,12 +44,7 @@ struct PolicyRef {
 
 // Where the sandbox's DNS queries are steered ("dns" in the record): the
 // proxy serves it, the kernel's egr_dns_v1 points there.
-struct DnsEndpoint {
-  std::optional<net::IpAddr> addr4;
-  std::optional<net::IpAddr> addr6;
-  uint16_t port = 0;
-  bool operator==(const DnsEndpoint&) const = default;
-};
+using DnsEndpoint = maps::DnsEndpoint;
 
 struct SandboxRecord {
   uint64_t cgroup_id = 0;
@@ -63,10 +59,12 @@ struct SandboxRecord {
   // back to it.
   std::optional<PolicyRef> previous;
   Labels previous_labels;  // the labels that went with `previous`
+  // Where the kernel steers the sandbox's DNS queries (bpf/lib/dns_redirect.h),
+  // stored as "dns": {"addr4": "...", "addr6": "...", "port": N} (an absent
+  // family's key is left out).  nullopt: no endpoint, its DNS is refused.
+  std::optional<maps::DnsEndpoint> dns;
   // Set by a reconcile that had to guess or repair, saying what it did.
   std::string note;
-  // The sandbox's DNS endpoint; absent: none assigned (its DNS fails closed).
-  std::optional<DnsEndpoint> dns;
 };
 
 nlohmann::json ToJson(const SandboxRecord& r);
@@ -76,6 +74,9 @@ absl::StatusOr<SandboxRecord> ParseRecordText(std::string_view text);
 // "443" or "8000-8100", as CompiledPolicy::ToJson writes ports.
 absl::StatusOr<policy::PortRange> ParsePortRange(std::string_view text);
 absl::StatusOr<SandboxRecord> SandboxRecordFromJson(const nlohmann::json& j);
+// A record's DNS endpoint: a port (not 53) and an address of each family
+// given, of that family.  InvalidArgument naming what is wrong.
+absl::Status CheckDnsEndpoint(const maps::DnsEndpoint& ep);
 // The inverse of policy::ToJson (compiled_policy_json.h).
 absl::StatusOr<policy::CompiledPolicy> PolicyFromJson(const nlohmann::json& j);
 
