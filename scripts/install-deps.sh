@@ -32,7 +32,8 @@ packages=(
   # callgrind of egressctl's user space)
   linux-perf strace valgrind
   # the DNS proxy: libknot (messages), c-ares (upstream transport), Boost.Asio
-  # (its event loop); its tests: dnsmasq (the upstream), dig and kdig
+  # (its event loop); its tests: dnsmasq (the upstream, and tests/lab/lab_dns.h's
+  # resolvers and proxy stand-in), dig and kdig
   libknot-dev libc-ares-dev libboost-dev dnsmasq-base bind9-dnsutils knot-dnsutils
 )
 

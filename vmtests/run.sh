@@ -82,7 +82,7 @@ ensure_packages() {
 if [[ $install == 1 ]]; then
   # Host side: qemu, busybox for the guest's userland, the tools copied into it.
   ensure_packages qemu-system-x86 busybox-static cpio binutils file coreutils \
-    bpftool iproute2 util-linux mount nftables dnsmasq-base kmod xz-utils \
+    bpftool iproute2 util-linux mount nftables dnsmasq-base bind9-dnsutils kmod xz-utils \
     tcpdump iputils-ping nmap
   # The default kernel: Debian 12's current 6.1 (the metapackage pulls it).
   [[ -n $kernel ]] || ensure_packages linux-image-amd64
@@ -178,8 +178,9 @@ for b in "${project_bins[@]}"; do
 done
 
 # Host tools, at the path they have here (real util-linux beats busybox's applets).
-# tcpdump, ping and nmap: tests/priv/raw_tools_test's positive controls.
-host_tools=(bpftool ip tc nft dnsmasq setpriv nsenter unshare mount umount tcpdump ping nmap)
+# tcpdump, ping and nmap: tests/priv/raw_tools_test's positive controls; dig:
+# tests/priv/dns_redirect_test's client.
+host_tools=(bpftool ip tc nft dnsmasq dig setpriv nsenter unshare mount umount tcpdump ping nmap)
 for tool in "${host_tools[@]}"; do
   src=$(command -v "$tool") || die "$tool not found on the host"
   src=$(readlink -f "$src")

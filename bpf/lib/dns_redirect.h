@@ -33,6 +33,7 @@ enum egr_dns_step {
 	EGR_DNS_NOT_DNS = 0, /* neither port 53 nor an endpoint: judge as usual */
 	EGR_DNS_REDIRECTED,  /* rewritten to the sandbox's endpoint */
 	EGR_DNS_REFUSED,     /* no endpoint, or an endpoint named directly */
+	EGR_DNS_OWN_ENDPOINT, /* the endpoint a redirected connect() chose, again */
 };
 
 /* The endpoint at a destination (16-byte canonical form), or NULL. */
@@ -99,6 +100,24 @@ static __always_inline int egr_dns_note(struct bpf_sock_addr *ctx, const struct 
 	return 1;
 }
 
+/* A dual-stack socket connect()ed to ::ffff:resolver was redirected to
+ * ::ffff:endpoint4; each send() on it then reaches sendmsg4 naming that
+ * endpoint (udpv6_sendmsg hands a v4-mapped peer to udp_sendmsg as an
+ * address).  That is the redirect's own destination, not a direct use. */
+static __always_inline int egr_dns_connected_to(struct bpf_sock_addr *ctx, const struct egr_cgroup_val *sb,
+						const struct egr_dnsep_val *owner, const struct egr_addr *dst,
+						__u16 port_be)
+{
+	struct egr_sock_val *st;
+	const __u16 want = EGR_SOCK_CONNECTED | EGR_SOCK_DNS_REDIRECTED;
+
+	if (!ctx->sk || owner->sandbox_id != sb->sandbox_id)
+		return 0;
+	st = bpf_sk_storage_get(&egr_sock_v2, ctx->sk, 0, 0);
+	return st && (st->flags & want) == want && st->sandbox_id == owner->sandbox_id &&
+	       egr_addr_eq(dst, st->addr) && st->port == port_be;
+}
+
 /* is_v4 is the program's family (a constant per SEC() wrapper: straight-line
  * context writes).  dst is the destination as the sandbox named it, in the
  * canonical form (unspecified already turned into loopback). */
@@ -114,8 +133,12 @@ static __always_inline enum egr_dns_step egr_dns_redirect(struct bpf_sock_addr *
 	if (ctx->protocol != IPPROTO_UDP && ctx->protocol != IPPROTO_TCP)
 		return EGR_DNS_NOT_DNS; /* ping sockets: no port (the backstop sees the rest) */
 	if (port_be != bpf_htons(EGR_DNS_PORT)) {
-		if (!egr_dns_endpoint_at(dst, port_be))
+		const struct egr_dnsep_val *owner = egr_dns_endpoint_at(dst, port_be);
+
+		if (!owner)
 			return EGR_DNS_NOT_DNS;
+		if (egr_dns_connected_to(ctx, sb, owner, dst, port_be))
+			return EGR_DNS_OWN_ENDPOINT;
 		egr_count(EGR_STAT_DNS_DENY);
 		return EGR_DNS_REFUSED;
 	}

@@ -124,6 +124,8 @@ static __always_inline struct egr_decision egr_sock_addr_judge(struct bpf_sock_a
 				 foreign ? EGR_SOCK_FOREIGN_NETNS : 0)) {
 	case EGR_DNS_REDIRECTED:
 		return egr_decide(EGR_PASS, EGR_REASON_DNS_REDIRECT);
+	case EGR_DNS_OWN_ENDPOINT:
+		return egr_decide(EGR_PASS, EGR_REASON_DNS_ENDPOINT);
 	case EGR_DNS_REFUSED:
 		if (is_connect) /* the socket keeps no record of an allowed destination */
 			egr_note_socket(ctx, sb, &dst, EGR_NOTE_CONNECT_DENIED, foreign);

@@ -1,0 +1,399 @@
+// The kernel half of egressd's DNS (bpf/lib/dns_redirect.h): every query a
+// sandbox sends to port 53, at any address, reaches its own DNS endpoint and
+// nothing else; the answer looks as if it came from the resolver it asked.
+// The proxy is played by a dnsmasq in the node's netns on the sandbox's
+// endpoint (tests/lab/lab_dns.h), answering target.test with 192.0.2.10; the
+// world's resolvers (8.8.8.8, 2001:db8::10) answer it with 198.51.100.7 and
+// must never see a query.  Clients are real: dig, glibc, python.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "egressd_env.h"
+#include "lab_dns.h"
+
+namespace egressd::test {
+namespace {
+
+using lab::DnsServer;
+using lab::DnsServerSpec;
+using lab::kDns4;
+using lab::kPodGatewayV4;
+using lab::kPodGatewayV6;
+using lab::Lab;
+using lab::ProbeLine;
+using lab::RunResult;
+using lab::RunSpec;
+
+constexpr const char* kWorldDns6 = lab::kPublicA6;  // the world's IPv6 resolver
+constexpr const char* kName = "target.test";
+constexpr const char* kProxyAnswer = "192.0.2.10";
+constexpr const char* kProxyAnswer6 = "2001:db8::11";
+constexpr const char* kWorldAnswer = "198.51.100.7";
+const std::vector<std::string> kAirgapped = {"--floor", "airgapped"};
+
+struct Sandbox {
+  std::string cgroup;
+  uint64_t id = 0;
+  uint16_t port = 0;  // its endpoint's, 0 when it has none
+};
+
+class DnsRedirect : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!lab::RunningAsRootWithSysAdmin()) return;
+    DnsServerSpec world{.netns = Shared().lab().world_netns(),
+                        .listen = {kDns4, kWorldDns6},
+                        .records = {{kName, {kWorldAnswer}}}};
+    auto w = DnsServer::Start(world);
+    ASSERT_TRUE(w.ok()) << w.status();
+    world_ = std::move(*w).release();
+  }
+  static void TearDownTestSuite() {
+    delete world_;
+    world_ = nullptr;
+  }
+  void SetUp() override {
+    EGR_REQUIRE_PRIVILEGES();
+    ASSERT_NE(world_, nullptr);
+    lab().ResetCounters();
+    world_before_ = world_->Queries();
+  }
+  void TearDown() override {
+    standins_.clear();
+    for (const auto& s : sandboxes_) Shared().Ctl({"sandbox", "remove", "--cgroup", s.cgroup});
+  }
+  Lab& lab() { return Shared().lab(); }
+
+  // A sandbox registered with `policy`, with the pod gateway as its endpoint
+  // unless `with_endpoint` is false.
+  Sandbox Register(const std::vector<std::string>& policy = kAirgapped, bool with_endpoint = true) {
+    Sandbox s;
+    auto cg = lab().MakeCgroup(absl::StrCat("dns-", counter_++));
+    EXPECT_TRUE(cg.ok()) << cg.status();
+    if (!cg.ok()) return s;
+    s.cgroup = *cg;
+    struct stat st {};
+    EXPECT_EQ(stat(cg->c_str(), &st), 0);
+    s.id = st.st_ino;
+    std::vector<std::string> args = {"sandbox", "add", "--cgroup", *cg};
+    args.insert(args.end(), policy.begin(), policy.end());
+    if (with_endpoint) {
+      args.insert(args.end(), {"--dns-endpoint4", kPodGatewayV4, "--dns-endpoint6", kPodGatewayV6});
+    }
+    RunResult r = Shared().Ctl(args);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    sandboxes_.push_back(s);
+    auto rec = Record(s);
+    if (with_endpoint && rec.contains("dns")) s.port = rec["dns"].value("port", 0);
+    sandboxes_.back() = s;
+    return s;
+  }
+  nlohmann::json Record(const Sandbox& s) {
+    std::ifstream in(absl::StrCat(Shared().runtime_dir(), "/sandboxes/", s.id, ".json"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return nlohmann::json::parse(ss.str(), nullptr, false);
+  }
+  // The proxy's stand-in on the sandbox's endpoint, in the node's netns.
+  DnsServer* StandIn(const Sandbox& s) {
+    DnsServerSpec spec{.netns = lab().node_netns(),
+                       .listen = {kPodGatewayV4, kPodGatewayV6},
+                       .port = s.port,
+                       .records = {{kName, {kProxyAnswer, kProxyAnswer6}}}};
+    auto d = DnsServer::Start(spec);
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (!d.ok()) return nullptr;
+    standins_.push_back(std::move(*d));
+    return standins_.back().get();
+  }
+  // A command in pod `pod`'s netns, in the sandbox's cgroup.
+  RunResult InSandbox(const Sandbox& s, std::vector<std::string> argv, bool hostile = false, size_t pod = 0) {
+    RunSpec spec;
+    if (hostile) {
+      argv.insert(argv.begin(), {"setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--"});
+    }
+    spec.argv = std::move(argv);
+    spec.netns = lab().pod(pod).netns;
+    spec.cgroup = s.cgroup;
+    spec.timeout = std::chrono::seconds(20);
+    return lab::Run(spec);
+  }
+  RunResult Dig(const Sandbox& s, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"dig", "+short", "+time=2", "+tries=1"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return InSandbox(s, argv);
+  }
+  std::vector<ProbeLine> Probe(const Sandbox& s, const std::vector<std::string>& args, bool hostile = true) {
+    std::vector<std::string> argv = {lab::BinaryPath("egressd-probe")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult r = InSandbox(s, argv, hostile);
+    last_ = r.Describe();
+    return Lines(r);
+  }
+  uint64_t WorldQueries() const { return world_->Queries() - world_before_; }
+  // Nothing reached the world's resolvers: neither their dnsmasq nor the capture.
+  void ExpectWorldSawNothing(const std::string& what) {
+    ASSERT_TRUE(lab().Drain().ok());
+    EXPECT_EQ(WorldQueries(), 0u) << what << "\n" << world_->Log();
+    EXPECT_EQ(lab().PacketsTo(kDns4), 0u) << what << "\n" << lab().CountersSummary();
+    EXPECT_EQ(lab().PacketsTo(kWorldDns6), 0u) << what << "\n" << lab().CountersSummary();
+  }
+  // An nftables counter in the node's input path for udp to addr:port: what
+  // arrives at an endpoint whatever the payload (dnsmasq logs only queries).
+  struct NodeCounter {
+    std::string table;
+    uint64_t Packets() const {
+      RunSpec spec{.argv = {"nft", "-j", "list", "table", "inet", table}};
+      spec.netns = Shared().lab().node_netns();
+      RunResult r = lab::Run(spec);
+      auto j = nlohmann::json::parse(r.out, nullptr, false);
+      if (!j.is_object() || !j.contains("nftables")) return ~0ull;
+      for (const auto& item : j["nftables"]) {
+        if (!item.contains("rule")) continue;
+        for (const auto& e : item["rule"]["expr"]) {
+          if (e.contains("counter")) return e["counter"]["packets"].get<uint64_t>();
+        }
+      }
+      return ~0ull;
+    }
+    ~NodeCounter() {
+      RunSpec spec{.argv = {"nft", "delete", "table", "inet", table}};
+      spec.netns = Shared().lab().node_netns();
+      lab::Run(spec);
+    }
+  };
+  std::unique_ptr<NodeCounter> CountAtNode(const std::string& addr, uint16_t port) {
+    auto c = std::make_unique<NodeCounter>();
+    c->table = absl::StrCat("egrdns", counter_++);
+    const bool v6 = addr.find(':') != std::string::npos;
+    std::string script = absl::StrCat("add table inet ", c->table, "\n", "add chain inet ", c->table,
+                                      " in { type filter hook input priority -300; }\n", "add rule inet ",
+                                      c->table, " in ", v6 ? "ip6" : "ip", " daddr ", addr, " udp dport ", port,
+                                      " counter\n");
+    RunSpec spec{.argv = {"nft", "-f", "-"}};
+    spec.netns = lab().node_netns();
+    spec.stdin_data = script;
+    RunResult r = lab::Run(spec);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    return c;
+  }
+
+  static inline DnsServer* world_ = nullptr;
+  static inline int counter_ = 0;
+  uint64_t world_before_ = 0;
+  std::vector<Sandbox> sandboxes_;
+  std::vector<std::unique_ptr<DnsServer>> standins_;
+  std::string last_;
+};
+
+std::string FirstLine(const std::string& s) { return std::string(absl::StripAsciiWhitespace(s.substr(0, s.find('\n')))); }
+
+// The lab works as the tests assume: from outside any sandbox, the world's
+// resolver answers (so "it saw nothing" below means something).
+TEST_F(DnsRedirect, PositiveControlTheWorldsResolverAnswersAnUnregisteredClient) {
+  RunSpec spec{.argv = {"dig", "+short", "+time=2", "+tries=1", "@8.8.8.8", kName}};
+  spec.netns = lab().pod().netns;
+  RunResult r = lab::Run(spec);
+  EXPECT_EQ(FirstLine(r.out), kWorldAnswer) << r.Describe();
+  EXPECT_EQ(WorldQueries(), 1u) << world_->Log();
+}
+
+TEST_F(DnsRedirect, EveryResolverAddressReachesTheSandboxsOwnEndpoint) {
+  Sandbox s = Register();
+  ASSERT_NE(s.port, 0) << Record(s).dump();
+  DnsServer* proxy = StandIn(s);
+  ASSERT_NE(proxy, nullptr);
+  // The world's resolver, a cluster DNS service in 10/8 and a node-local
+  // cache in 169.254/16 (both protected under the airgapped floor), over UDP,
+  // TCP and IPv6.  dig drops a UDP answer from any source but the server it
+  // asked: an answer at all proves recvmsg shows the resolver.
+  const std::vector<std::vector<std::string>> asks = {
+      {"@8.8.8.8", kName},
+      {"@10.96.0.10", kName},
+      {"@169.254.20.10", kName},
+      {"+tcp", "@8.8.8.8", kName},
+      {"-6", "@2001:db8::10", kName, "AAAA"},
+      {"+tcp", "-6", "@2001:db8::10", kName, "AAAA"},
+  };
+  uint64_t answered = 0;
+  for (const auto& ask : asks) {
+    RunResult r = Dig(s, ask);
+    const bool v6 = ask.back() == "AAAA";
+    EXPECT_EQ(FirstLine(r.out), v6 ? kProxyAnswer6 : kProxyAnswer) << absl::StrJoin(ask, " ") << ": " << r.Describe();
+    answered += FirstLine(r.out) == (v6 ? kProxyAnswer6 : kProxyAnswer);
+  }
+  EXPECT_EQ(proxy->Queries(), answered) << proxy->Log();
+  ExpectWorldSawNothing("queries of a sandbox with an endpoint");
+}
+
+// A dual-stack IPv6 socket asking an IPv4 resolver (::ffff:8.8.8.8) goes to
+// the IPv4 endpoint, and both recvfrom and getpeername show the resolver.
+TEST_F(DnsRedirect, ConnectedAndMappedUdpSeeTheResolverTheyAsked) {
+  Sandbox s = Register();
+  ASSERT_NE(s.port, 0);
+  DnsServer* proxy = StandIn(s);
+  ASSERT_NE(proxy, nullptr);
+  const std::string py = R"(
+import socket, struct, sys, json
+def query(name):
+    q = struct.pack('>HHHHHH', 0x1234, 0x0100, 1, 0, 0, 0)
+    for label in name.split('.'):
+        q += bytes([len(label)]) + label.encode()
+    return q + b'\x00' + struct.pack('>HH', 1, 1)
+out = {}
+for mode, fam, dst in (('connected4', socket.AF_INET, '8.8.8.8'), ('connected-mapped', socket.AF_INET6, '::ffff:8.8.8.8'),
+                       ('sendto4', socket.AF_INET, '10.96.0.10'), ('sendto-mapped', socket.AF_INET6, '::ffff:169.254.20.10'),
+                       ('sendto6', socket.AF_INET6, '2001:db8::10')):
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    stage = 'connect'
+    try:
+        if mode.startswith('connected'):
+            s.connect((dst, 53)); peer = s.getpeername()[:2]; stage = 'send'; s.send(query(sys.argv[1]))
+        else:
+            peer = None; stage = 'send'; s.sendto(query(sys.argv[1]), (dst, 53))
+        stage = 'recv'; data, src = s.recvfrom(512)
+        out[mode] = {'peer': list(peer) if peer else None, 'src': list(src[:2]), 'id': struct.unpack('>H', data[:2])[0]}
+    except Exception as e:
+        out[mode] = {'error': repr(e), 'stage': stage}
+print(json.dumps(out))
+)";
+  RunResult r = InSandbox(s, {"python3", "-c", py, kName});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  auto j = nlohmann::json::parse(FirstLine(r.out), nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.Describe();
+  auto expect = [&](const char* mode, const std::string& addr, bool connected) {
+    const auto& m = j[mode];
+    ASSERT_FALSE(m.contains("error")) << mode << ": " << m.dump();
+    EXPECT_EQ(m["src"][0], addr) << mode << ": " << m.dump();
+    EXPECT_EQ(m["src"][1], 53) << mode << ": " << m.dump();
+    EXPECT_EQ(m["id"], 0x1234) << mode;
+    if (connected) {
+      EXPECT_EQ(m["peer"][0], addr) << mode << ": getpeername " << m.dump();
+      EXPECT_EQ(m["peer"][1], 53) << mode << ": getpeername " << m.dump();
+    }
+  };
+  expect("connected4", "8.8.8.8", true);
+  expect("connected-mapped", "::ffff:8.8.8.8", true);
+  expect("sendto4", "10.96.0.10", false);
+  expect("sendto-mapped", "::ffff:169.254.20.10", false);
+  expect("sendto6", "2001:db8::10", false);
+  EXPECT_EQ(proxy->Queries(), 5u) << proxy->Log();
+  ExpectWorldSawNothing("python's queries");
+}
+
+// glibc's stub resolver (getaddrinfo through nsswitch) with the pod's own
+// resolv.conf naming a cluster DNS service and 8.8.8.8.
+TEST_F(DnsRedirect, GlibcGetaddrinfoResolvesThroughTheEndpoint) {
+  Sandbox s = Register();
+  ASSERT_NE(s.port, 0);
+  DnsServer* proxy = StandIn(s);
+  ASSERT_NE(proxy, nullptr);
+  char dir[] = "/tmp/egr-dns-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string conf = absl::StrCat(dir, "/resolv.conf");
+  std::ofstream(conf) << "nameserver 10.96.0.10\nnameserver 8.8.8.8\noptions timeout:2 attempts:1\n";
+  RunResult r = InSandbox(s, {"unshare", "--mount", "--", "sh", "-c",
+                              absl::StrCat("mount --bind ", conf, " /etc/resolv.conf && getent ahostsv4 ", kName)});
+  unlink(conf.c_str());
+  rmdir(dir);
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_TRUE(absl::StartsWith(r.out, kProxyAnswer)) << r.Describe();
+  EXPECT_GE(proxy->QueriesFor(kName), 1u) << proxy->Log();
+  ExpectWorldSawNothing("glibc's queries");
+}
+
+// Fails closed: a sandbox without an endpoint cannot query anyone, over UDP,
+// TCP, connected or not, in either family.
+TEST_F(DnsRedirect, ASandboxWithoutAnEndpointHasItsQueriesRefused) {
+  Sandbox s = Register(kAirgapped, /*with_endpoint=*/false);
+  EXPECT_FALSE(Record(s).contains("dns")) << Record(s).dump();
+  auto lines = Probe(s, {"batch", "udp-sendto 8.8.8.8 53", "udp-connected 8.8.8.8 53", "tcp 8.8.8.8 53",
+                         "udp-sendto 2001:db8::10 53", "tcp 10.96.0.10 53", "mapped6 8.8.8.8 53 --udp"},
+                     /*hostile=*/false);
+  ASSERT_EQ(lines.size(), 6u) << last_;
+  for (auto& l : lines) EXPECT_EQ(Errno(l), "EPERM") << l["op"] << " " << l["dst"] << ": " << last_;
+  ExpectWorldSawNothing("queries of a sandbox without an endpoint");
+}
+
+// Naming an endpoint directly (its own, another sandbox's) is refused: only
+// the redirect sends anything there, so the proxy's binding cannot be forged.
+TEST_F(DnsRedirect, NamingAnEndpointDirectlyIsRefused) {
+  Sandbox a = Register();
+  Sandbox b = Register();
+  ASSERT_NE(a.port, 0);
+  ASSERT_NE(b.port, 0);
+  ASSERT_NE(a.port, b.port) << "each sandbox has an endpoint of its own";
+  DnsServer* proxy_a = StandIn(a);
+  ASSERT_NE(proxy_a, nullptr);
+  const std::string pa = std::to_string(a.port), pb = std::to_string(b.port);
+  auto lines = Probe(b, {"batch", "udp-sendto 10.244.0.1 " + pa, "udp-connected 10.244.0.1 " + pa,
+                         "tcp 10.244.0.1 " + pa, "udp-sendto fd00:244::1 " + pa, "udp-sendto 10.244.0.1 " + pb,
+                         "tcp 10.244.0.1 " + pb});
+  ASSERT_EQ(lines.size(), 6u) << last_;
+  for (auto& l : lines) EXPECT_EQ(Errno(l), "EPERM") << l["op"] << " " << l["dst"] << ":" << l["port"] << ": " << last_;
+  EXPECT_EQ(proxy_a->Queries(), 0u) << proxy_a->Log();
+}
+
+// What no socket call names: hand-made UDP on a raw socket, to port 53 of the
+// world's resolver and to an endpoint, from the hostile sandbox.  The same
+// packets from an unregistered process arrive (positive control).
+TEST_F(DnsRedirect, RawPacketsToPort53AndToAnEndpointAreDroppedByTheBackstop) {
+  Sandbox a = Register();
+  Sandbox hostile = Register(kAirgapped);
+  ASSERT_NE(a.port, 0);
+  auto at_endpoint = CountAtNode(kPodGatewayV4, a.port);
+  const std::string pa = std::to_string(a.port);
+  const std::vector<std::string> attack = {"batch", "raw-udp 8.8.8.8 53", "raw-udp 10.244.0.1 " + pa,
+                                           "raw-udp 2001:db8::10 53"};
+  auto lines = Probe(hostile, attack);
+  ASSERT_EQ(lines.size(), 3u) << last_;
+  for (auto& l : lines) EXPECT_ATTEMPTED(l, last_);
+  ExpectWorldSawNothing("raw packets of a sandbox");
+  EXPECT_EQ(at_endpoint->Packets(), 0u) << "a raw packet reached another sandbox's endpoint";
+
+  RunSpec control{.argv = {"setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--",
+                           lab::BinaryPath("egressd-probe")}};
+  control.argv.insert(control.argv.end(), attack.begin(), attack.end());
+  control.netns = lab().pod().netns;
+  RunResult r = lab::Run(control);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  ASSERT_TRUE(lab().Drain().ok());
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().PacketsTo(kDns4) >= 1 && lab().PacketsTo(kWorldDns6) >= 1; }))
+      << "positive control: " << lab().CountersSummary();
+  EXPECT_TRUE(Lab::WaitFor([&] { return at_endpoint->Packets() == 1; }))
+      << "positive control: the endpoint counter saw " << at_endpoint->Packets();
+}
+
+// A mark is no exemption: with every SO_MARK value 0-0xff, a default-allow
+// sandbox's query to 8.8.8.8 still goes to its endpoint.
+TEST_F(DnsRedirect, NoSoMarkValueLetsAQueryPastTheRedirect) {
+  Sandbox s = Register(kAirgapped);
+  ASSERT_NE(s.port, 0);
+  DnsServer* proxy = StandIn(s);
+  ASSERT_NE(proxy, nullptr);
+  std::vector<std::string> batch = {"batch"};
+  for (int mark = 0; mark <= 0xff; ++mark) batch.push_back(absl::StrCat("so-mark ", mark, " 8.8.8.8 53 --timeout-ms 20"));
+  auto lines = Probe(s, batch);
+  ASSERT_EQ(lines.size(), 256u) << last_;
+  size_t marked = 0;
+  for (auto& l : lines) marked += l["mark_result"] == "ok";
+  EXPECT_EQ(marked, 256u) << "the sandbox could set every mark (CAP_NET_RAW suffices since 5.17): " << last_;
+  ExpectWorldSawNothing("marked queries");
+}
+
+}  // namespace
+}  // namespace egressd::test
