@@ -221,9 +221,10 @@ TEST_F(DnsRedirect, EveryResolverAddressReachesTheSandboxsOwnEndpoint) {
   DnsServer* proxy = StandIn(s);
   ASSERT_NE(proxy, nullptr);
   // The world's resolver, a cluster DNS service in 10/8 (protected under the
-  // hosted floor) and a node-local cache in 169.254/16, over UDP,
-  // TCP and IPv6.  dig drops a UDP answer from any source but the server it
-  // asked: an answer at all proves recvmsg shows the resolver.
+  // hosted floor) and a node-local cache in 169.254/16, over UDP, TCP and
+  // IPv6.  (dig connects its UDP socket, so the kernel matches the answer to
+  // the connected endpoint; recvmsg's rewrite is proven by the unconnected
+  // clients of ConnectedAndMappedUdpSeeTheResolverTheyAsked.)
   const std::vector<std::vector<std::string>> asks = {
       {"@8.8.8.8", kName},
       {"@10.96.0.10", kName},
@@ -398,6 +399,42 @@ TEST_F(DnsRedirect, NoSoMarkValueLetsAQueryPastTheRedirect) {
   for (auto& l : lines) marked += l["mark_result"] == "ok";
   EXPECT_EQ(marked, 256u) << "the sandbox could set every mark (CAP_NET_RAW suffices since 5.17): " << last_;
   ExpectWorldSawNothing("marked queries");
+}
+
+// Bad input: exit 2 naming the value, and nothing registered.
+TEST_F(DnsRedirect, AnEndpointOfTheWrongFamilyIsRefusedAndNothingIsRegistered) {
+  auto cg = lab().MakeCgroup(absl::StrCat("dns-bad-", counter_++));
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--dns-endpoint4", "fd00:244::1"}, {"--dns-endpoint6", "10.244.0.1"}, {"--dns-endpoint4", "0.0.0.0"},
+           {"--dns-endpoint4", "10.244.0.256"}}) {
+    RunResult r = Shared().Ctl({"sandbox", "add", "--cgroup", *cg, "--floor", "connected", flag, value});
+    EXPECT_EQ(r.exit_code, 2) << flag << " " << value << ": " << r.Describe();
+    EXPECT_NE(r.err.find(value), std::string::npos) << r.Describe();
+  }
+  struct stat st {};
+  ASSERT_EQ(stat(cg->c_str(), &st), 0);
+  EXPECT_NE(access(absl::StrCat(Shared().runtime_dir(), "/sandboxes/", st.st_ino, ".json").c_str(), F_OK), 0)
+      << "a refused registration left a record";
+}
+
+// Removal takes the endpoint away: a sandbox registered again after its
+// remove is given the lowest free port again, and a second sandbox another.
+TEST_F(DnsRedirect, EndpointPortsAreUniqueAndFreedOnRemove) {
+  Sandbox a = Register();
+  Sandbox b = Register();
+  ASSERT_NE(a.port, 0);
+  ASSERT_NE(b.port, 0);
+  EXPECT_NE(a.port, b.port);
+  RunResult r = Shared().Ctl({"sandbox", "remove", "--cgroup", a.cgroup});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  Sandbox c = Register();
+  EXPECT_EQ(c.port, a.port) << "the removed sandbox's port was not freed";
+  // b's queries still reach b's endpoint, and only b's.
+  DnsServer* proxy_b = StandIn(b);
+  ASSERT_NE(proxy_b, nullptr);
+  EXPECT_EQ(FirstLine(Dig(b, {"@8.8.8.8", kName}).out), kProxyAnswer);
+  EXPECT_EQ(proxy_b->Queries(), 1u) << proxy_b->Log();
 }
 
 }  // namespace

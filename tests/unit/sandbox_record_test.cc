@@ -92,6 +92,41 @@ TEST(Record, RecordRoundTrips) {
   EXPECT_EQ(back->previous_labels, r.previous_labels);
 }
 
+// The DNS endpoint in the shape the proxy reads: "dns": {"addr4", "addr6",
+// "port"}, an absent family left out; both readers agree, and a broken one
+// is refused.
+TEST(Record, TheDnsEndpointRoundTripsInTheShapeTheProxyReads) {
+  SandboxRecord r{.cgroup_id = 9, .current = {1, Sample()}};
+  r.dns = maps::DnsEndpoint{.addr4 = *net::IpAddr::Parse("10.244.0.1"),
+                            .addr6 = *net::IpAddr::Parse("fd00:244::1"),
+                            .port = 20001};
+  const nlohmann::json j = nlohmann::json::parse(ToJsonText(r));
+  EXPECT_EQ(j["dns"], nlohmann::json::parse(R"({"addr4":"10.244.0.1","addr6":"fd00:244::1","port":20001})"));
+  EXPECT_EQ(j, ToJson(r));
+  auto text = ParseRecordText(ToJsonText(r));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->dns, r.dns);
+  auto dom = SandboxRecordFromJson(j);
+  ASSERT_TRUE(dom.ok()) << dom.status();
+  EXPECT_EQ(dom->dns, r.dns);
+
+  r.dns->addr6.reset();
+  EXPECT_FALSE(nlohmann::json::parse(ToJsonText(r))["dns"].contains("addr6"));
+  EXPECT_EQ(ParseRecordText(ToJsonText(r))->dns, r.dns);
+  r.dns.reset();
+  EXPECT_FALSE(nlohmann::json::parse(ToJsonText(r)).contains("dns"));
+  EXPECT_FALSE(ParseRecordText(ToJsonText(r))->dns.has_value());
+
+  for (const char* bad : {R"({"addr4":"10.244.0.1","port":53})", R"({"addr4":"10.244.0.1","port":0})",
+                          R"({"addr4":"fd00::1","port":20000})", R"({"addr6":"10.0.0.1","port":20000})",
+                          R"({"port":20000})", R"({"addr4":"10.244.0.300","port":20000})"}) {
+    nlohmann::json broken = j;
+    broken["dns"] = nlohmann::json::parse(bad);
+    EXPECT_FALSE(ParseRecordText(broken.dump()).ok()) << bad;
+    EXPECT_FALSE(SandboxRecordFromJson(broken).ok()) << bad;
+  }
+}
+
 TEST(Record, TheFileTextIsTheJsonOfTheRecord) {
   SandboxRecord r{.cgroup_id = 1, .cgroup_path = "/a \"b\"\\c\n", .labels = {{"pod", "p"}}, .current = {3, Sample()}};
   r.current.policy->allowed[0].source = "t\u00e4sk \x01";
