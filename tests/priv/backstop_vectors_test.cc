@@ -19,6 +19,7 @@
 #include "egressd_env.h"
 #include "test/backstop_tc.skel.h"
 #include "userspace/common/node.h"
+#include "maps/dns_endpoints.h"
 #include "userspace/control/registry.h"
 
 namespace egressd::test {
@@ -238,6 +239,66 @@ TEST(BackstopVectors, EachPacketGetsTheVerdictItsRuleNames) {
   for (const auto& [name, got] : results) EXPECT_EQ(got.first, int64_t(got.second)) << name;
   close(prog);
   EXPECT_TRUE(registry.Unregister(*id).ok());
+}
+
+// DNS (bpf/lib/dns_redirect.h): a packet to port 53 is dropped whatever its
+// address (the redirect never leaves one), and a packet to an endpoint is
+// dropped unless its socket was redirected there by the endpoint's sandbox;
+// test_run's dummy socket never was, as a raw socket's never is.  The policy
+// allows every address below, so only the DNS rule refuses.
+TEST(BackstopVectors, Port53AndEndpointsAreDroppedWithoutTheRedirect) {
+  EGR_REQUIRE_PRIVILEGES();
+  Egressd& e = Shared();
+  auto cg = e.lab().MakeCgroup("testrun-dns");
+  auto other = e.lab().MakeCgroup("testrun-dns-other");
+  ASSERT_TRUE(cg.ok() && other.ok());
+  auto id = CgroupIdOf(*cg);
+  auto other_id = CgroupIdOf(*other);
+  ASSERT_TRUE(id.ok() && other_id.ok());
+  policy::CompiledPolicy p = VectorsPolicy();
+  p.allowed.push_back({*net::Cidr::Parse("10.244.0.0/16"), {}, "test"});
+  p.allowed.push_back({*net::Cidr::Parse("fd00:244::/64"), {}, "test"});
+  Paths paths;
+  paths.pin_root = e.pin_root();
+  paths.runtime_dir = e.runtime_dir();
+  control::Registry registry(paths);
+  control::SandboxSpec spec{.cgroup_id = *id};
+  spec.dns_addr4 = *net::IpAddr::Parse("10.244.0.1");
+  spec.dns_addr6 = *net::IpAddr::Parse("fd00:244::1");
+  ASSERT_TRUE(registry.Register(spec, p).ok());
+  control::SandboxSpec other_spec = spec;
+  other_spec.cgroup_id = *other_id;
+  ASSERT_TRUE(registry.Register(other_spec, p).ok());
+  auto dns = maps::DnsEndpoints::Open(e.pin_root());
+  ASSERT_TRUE(dns.ok()) << dns.status();
+  auto own = dns->Get(*id), theirs = dns->Get(*other_id);
+  ASSERT_TRUE(own.ok() && *own && theirs.ok() && *theirs);
+  const uint16_t port = (*own)->port, other_port = (*theirs)->port;
+  ASSERT_NE(port, other_port);
+
+  int prog = BackstopProgFd(e.pin_root());
+  ASSERT_GE(prog, 0);
+  std::vector<Vector> vectors = {
+      {"AllowedAddressPasses", V4("192.0.2.10", 17, 7000), kPass},
+      {"GatewayOtherPortPasses", V4("10.244.0.1", 17, 7000), kPass},
+      {"UdpToPort53OfAnAllowedAddressDropped", V4("192.0.2.10", 17, 53), kReject},
+      {"TcpToPort53OfAnAllowedAddressDropped", V4("192.0.2.10", 6, 53), kReject},
+      {"V6UdpToPort53Dropped", V6("2001:db8::10", 53), kReject},
+      {"V6Port53BehindExtensionHeadersDropped", V6("2001:db8::10", 53, {Pad(0), Pad(60)}), kReject},
+      {"OwnEndpointFromAnUnredirectedSocketDropped", V4("10.244.0.1", 17, port), kReject},
+      {"OwnEndpointV6FromAnUnredirectedSocketDropped", V6("fd00:244::1", port), kReject},
+      {"AnotherSandboxsEndpointDropped", V4("10.244.0.1", 17, other_port), kReject},
+      {"AnotherSandboxsEndpointOverTcpDropped", V4("10.244.0.1", 6, other_port), kReject},
+  };
+  auto results = RunInCgroup(prog, *cg, vectors);
+  ASSERT_EQ(results.size(), vectors.size());
+  for (const auto& [name, got] : results) EXPECT_EQ(got.first, int64_t(got.second)) << name;
+  close(prog);
+  EXPECT_TRUE(registry.Unregister(*id).ok());
+  EXPECT_TRUE(registry.Unregister(*other_id).ok());
+  auto gone = dns->Get(*id);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(gone->has_value()) << "unregister left the DNS endpoint";
 }
 
 // bpf/lib's backstop judgement from a tc program at L2 (bpf/test/backstop_tc:
