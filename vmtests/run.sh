@@ -137,7 +137,7 @@ for t in "${priv_tests[@]}"; do
   project_bins+=("$b")
 done
 project_bins+=("$bdir/tests/lab/egressd-probe" "$bdir/tools/egressctl/egressctl"
-              "$bdir/tests/priv/egr-lock-holder")
+              "$bdir/tests/priv/egr-lock-holder" "$bdir/tests/priv/egr-dns-ask")
 for b in "${project_bins[@]}"; do [[ -x $b ]] || die "$b missing: run scripts/build.sh"; done
 # differential_test compares egressd with the nftables rendering through a
 # python3 listener, which this initramfs does not carry (python3 and its
@@ -179,8 +179,8 @@ done
 
 # Host tools, at the path they have here (real util-linux beats busybox's applets).
 # tcpdump, ping and nmap: tests/priv/raw_tools_test's positive controls; dig:
-# tests/priv/dns_redirect_test's client.
-host_tools=(bpftool ip tc nft dnsmasq dig setpriv nsenter unshare mount umount tcpdump ping nmap)
+# tests/priv/dns_redirect_test's client; getent: its glibc client (hosts: files dns).
+host_tools=(bpftool ip tc nft dnsmasq dig getent setpriv nsenter unshare mount umount tcpdump ping nmap)
 for tool in "${host_tools[@]}"; do
   src=$(command -v "$tool") || die "$tool not found on the host"
   src=$(readlink -f "$src")
@@ -223,7 +223,7 @@ dnsmasq:x:100:65534:dnsmasq:/nonexistent:/bin/false
 nobody:x:65534:65534:nobody:/nonexistent:/bin/false
 EOF
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
-printf 'passwd: files\ngroup: files\nhosts: files\n' > "$root/etc/nsswitch.conf"
+printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$root/etc/nsswitch.conf"
 printf '127.0.0.1 localhost\n::1 localhost\n' > "$root/etc/hosts"
 printf '# no resolver in the test VM\n' > "$root/etc/resolv.conf"
 : > "$root/etc/fstab"

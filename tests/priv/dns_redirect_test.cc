@@ -4,7 +4,7 @@
 // The proxy is played by a dnsmasq in the node's netns on the sandbox's
 // endpoint (tests/lab/lab_dns.h), answering target.test with 192.0.2.10; the
 // world's resolvers (8.8.8.8, 2001:db8::10) answer it with 198.51.100.7 and
-// must never see a query.  Clients are real: dig, glibc, python.
+// must never see a query.  Clients are real: dig, glibc (getent), and egr-dns-ask (dns_ask.cc).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -251,32 +251,7 @@ TEST_F(DnsRedirect, ConnectedAndMappedUdpSeeTheResolverTheyAsked) {
   ASSERT_NE(s.port, 0);
   DnsServer* proxy = StandIn(s);
   ASSERT_NE(proxy, nullptr);
-  const std::string py = R"(
-import socket, struct, sys, json
-def query(name):
-    q = struct.pack('>HHHHHH', 0x1234, 0x0100, 1, 0, 0, 0)
-    for label in name.split('.'):
-        q += bytes([len(label)]) + label.encode()
-    return q + b'\x00' + struct.pack('>HH', 1, 1)
-out = {}
-for mode, fam, dst in (('connected4', socket.AF_INET, '8.8.8.8'), ('connected-mapped', socket.AF_INET6, '::ffff:8.8.8.8'),
-                       ('sendto4', socket.AF_INET, '10.96.0.10'), ('sendto-mapped', socket.AF_INET6, '::ffff:169.254.20.10'),
-                       ('sendto6', socket.AF_INET6, '2001:db8::10')):
-    s = socket.socket(fam, socket.SOCK_DGRAM)
-    s.settimeout(3)
-    stage = 'connect'
-    try:
-        if mode.startswith('connected'):
-            s.connect((dst, 53)); peer = s.getpeername()[:2]; stage = 'send'; s.send(query(sys.argv[1]))
-        else:
-            peer = None; stage = 'send'; s.sendto(query(sys.argv[1]), (dst, 53))
-        stage = 'recv'; data, src = s.recvfrom(512)
-        out[mode] = {'peer': list(peer) if peer else None, 'src': list(src[:2]), 'id': struct.unpack('>H', data[:2])[0]}
-    except Exception as e:
-        out[mode] = {'error': repr(e), 'stage': stage}
-print(json.dumps(out))
-)";
-  RunResult r = InSandbox(s, {"python3", "-c", py, kName});
+  RunResult r = InSandbox(s, {lab::BinaryPath("egr-dns-ask"), kName});
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   auto j = nlohmann::json::parse(FirstLine(r.out), nullptr, false);
   ASSERT_TRUE(j.is_object()) << r.Describe();
@@ -297,7 +272,7 @@ print(json.dumps(out))
   expect("sendto-mapped", "::ffff:169.254.20.10", false);
   expect("sendto6", "2001:db8::10", false);
   EXPECT_EQ(proxy->Queries(), 5u) << proxy->Log();
-  ExpectWorldSawNothing("python's queries");
+  ExpectWorldSawNothing("egr-dns-ask's queries");
 }
 
 // glibc's stub resolver (getaddrinfo through nsswitch) with the pod's own
