@@ -84,20 +84,21 @@ absl::StatusOr<maps::PolicyId> FindEqualPolicy(const maps::PolicyStore& store, c
   if (candidates.empty()) return maps::PolicyId{0};
   EGR_ASSIGN_OR_RETURN(auto entries, table.List());
   for (maps::PolicyId cand : candidates) {
-    bool agree = false, disagree = false;
+    // A policy id's contents never change after Install, and an id is shared
+    // only between equal contents, so every record that knows cand's contents
+    // knows the same ones: the first such record decides, and an add parses
+    // one record however many sandboxes share the policy.
     for (const auto& e : entries) {
       if (e.cgroup_id == except || e.value.kind != EGR_CG_SANDBOX || e.value.policy_id != cand) continue;
       auto r = records.Load(e.cgroup_id);
-      // Only a record whose current policy is the one in force is evidence
-      // (one that does not parse is none, and stops nobody's register).
-      if (!r.ok() || !*r || (*r)->current.policy_id != cand || !(*r)->current.policy) {
-        disagree = true;
-        continue;
-      }
-      (SameContents(*(*r)->current.policy, p) ? agree : disagree) = true;
+      // A record that does not parse, or does not name cand (a crashed flip
+      // names it as previous), is no evidence either way.
+      const policy::CompiledPolicy* known = r.ok() ? KnownPolicy(*r, cand) : nullptr;
+      if (!known) continue;
+      if (SameContents(*known, p)) return cand;
+      spdlog::warn("policy {:#x} has the hash of the new policy but other contents: not shared", cand);
+      break;
     }
-    if (agree && !disagree) return cand;
-    if (disagree) spdlog::warn("policy {:#x} has the hash of the new policy but other contents: not shared", cand);
   }
   return maps::PolicyId{0};
 }

@@ -79,8 +79,9 @@ class Registry {
 
 // The stored policy id whose contents equal p, or 0: a candidate (same
 // header hash) is shared only when a sandbox other than `except` is judged by
-// it (its map entry points there) and that sandbox's record holds, for that
-// id, a policy with the same contents, and no such record disagrees.
+// it (its map entry points there) and the first such sandbox whose record
+// holds that id's contents holds the same contents as p (O(1) records read,
+// whatever the number of sandboxes sharing it).
 absl::StatusOr<maps::PolicyId> FindEqualPolicy(const maps::PolicyStore& store, const maps::SandboxTable& table,
                                                const SandboxRecords& records, const policy::CompiledPolicy& p,
                                                uint64_t content_hash, uint64_t except);
