@@ -3,6 +3,7 @@
 // deletes its own keys rather than walking every trie.
 #include <bpf/bpf.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -91,6 +92,43 @@ TEST(PolicySharing, ACollidingHashIsNotSharedAndEachSandboxIsJudgedByItsOwnEntri
   Lab::Settle();
   EXPECT_EQ(Shared().lab().TcpAccepts(kPublicA4, 80), 1u) << Shared().lab().CountersSummary();
   EXPECT_EQ(Shared().lab().TcpAccepts(kPublicB4, 80), 1u) << Shared().lab().CountersSummary();
+
+  for (const Sandbox* s : {&a, &b, &c}) {
+    EXPECT_TRUE(registry.Unregister(s->id).ok());
+    rmdir(s->path.c_str());
+  }
+}
+
+// FindEqualPolicy decides on the first sharer's record that knows the
+// policy's contents (an add parses one record, not all of them): a sharer
+// whose record was lost is no evidence either way and does not make every
+// later sandbox install its own copy of an equal policy.
+TEST(PolicySharing, ASharerWithoutARecordDoesNotStopSharing) {
+  EGR_REQUIRE_PRIVILEGES();
+  const Paths paths = SharedPaths();
+  auto m = maps::PinnedMaps::Open(paths.pin_root);
+  ASSERT_TRUE(m.ok()) << m.status();
+  control::Registry registry(paths);
+  Sandbox a = MakeSandbox("lost-a"), b = MakeSandbox("lost-b"), c = MakeSandbox("lost-c");
+  const policy::CompiledPolicy p = Allowing(kPublicA4, "lost-record");
+  ASSERT_TRUE(registry.Register({.cgroup_id = a.id, .cgroup_path = a.path}, p).ok());
+  ASSERT_TRUE(registry.Register({.cgroup_id = b.id, .cgroup_path = b.path}, p).ok());
+  const maps::PolicyId shared = PolicyOf(*m, a.id);
+  ASSERT_NE(shared, 0u);
+  ASSERT_EQ(PolicyOf(*m, b.id), shared);
+
+  // Whichever of a and b the search meets first, one of them has no record.
+  const std::string lost = control::SandboxRecords(paths).PathOf(a.id);
+  ASSERT_EQ(unlink(lost.c_str()), 0) << lost;
+  const uint64_t a_before = Shared().lab().TcpAccepts(kPublicA4, 80);
+  const uint64_t b_before = Shared().lab().TcpAccepts(kPublicB4, 80);
+  ASSERT_TRUE(registry.Register({.cgroup_id = c.id, .cgroup_path = c.path}, p).ok());
+  EXPECT_EQ(PolicyOf(*m, c.id), shared) << "b's record proves the contents equal";
+  EXPECT_TRUE(Reaches(c.path, kPublicA4));
+  EXPECT_FALSE(Reaches(c.path, kPublicB4));
+  Lab::Settle();
+  EXPECT_EQ(Shared().lab().TcpAccepts(kPublicA4, 80) - a_before, 1u) << Shared().lab().CountersSummary();
+  EXPECT_EQ(Shared().lab().TcpAccepts(kPublicB4, 80) - b_before, 0u) << Shared().lab().CountersSummary();
 
   for (const Sandbox* s : {&a, &b, &c}) {
     EXPECT_TRUE(registry.Unregister(s->id).ok());
