@@ -8,21 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "maps/egressd_abi.h"
 #include "maps/map_iter.h"
+#include "maps/pinned_maps.h"
 #include "userspace/common/errors.h"
 
 namespace egressd::maps {
 namespace {
-
-absl::Status OpenPin(const std::string& root, const char* name, UniqueFd& out) {
-  std::string path = absl::StrCat(root, "/", name);
-  int fd = bpf_obj_get(path.c_str());
-  if (fd < 0) {
-    return ErrnoStatus(errno, absl::StrCat("open pinned map ", name, " at ", path,
-                                           " (is egressd loaded? run `egressctl load`)"));
-  }
-  out.reset(fd);
-  return absl::OkStatus();
-}
 
 egr_dnsep_key KeyOf(const net::IpAddr& a, uint16_t port) {
   egr_dnsep_key k{};
@@ -67,8 +57,8 @@ DnsEndpoint FromValue(const egr_dns_val& v) {
 
 absl::StatusOr<DnsEndpoints> DnsEndpoints::Open(const std::string& pin_root) {
   DnsEndpoints d;
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_DNS, d.dns_));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_DNSEP, d.dnsep_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_DNS, d.dns_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_DNSEP, d.dnsep_));
   return d;
 }
 

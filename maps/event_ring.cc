@@ -1,4 +1,5 @@
 #include "maps/event_ring.h"
+#include "maps/pinned_maps.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -26,17 +27,6 @@ struct EventRing::State {
 };
 
 namespace {
-
-absl::Status OpenPin(const std::string& root, const char* name, UniqueFd& out) {
-  std::string path = absl::StrCat(root, "/", name);
-  int fd = bpf_obj_get(path.c_str());
-  if (fd < 0) {
-    return ErrnoStatus(errno, absl::StrCat("open pinned map ", name, " at ", path,
-                                           " (is egressd loaded with the audit trail? run `egressctl load`)"));
-  }
-  out.reset(fd);
-  return absl::OkStatus();
-}
 
 int OnRecord(void* ctx, void* data, size_t size) {
   auto* st = static_cast<EventRing::State*>(ctx);
@@ -79,12 +69,12 @@ absl::StatusOr<EventRing> EventRing::Open(const std::string& pin_root) {
   r.state_ = std::make_unique<State>();
   State& st = *r.state_;
   st.pin_root = pin_root;
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_EVENTS, st.events));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_FOLD, st.fold));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_LOSS, st.loss));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_AUDITCTL, st.ctl));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_RCUSYNC, st.rcusync));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_STATS, st.stats));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_EVENTS, st.events));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_FOLD, st.fold));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_LOSS, st.loss));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_AUDITCTL, st.ctl));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_RCUSYNC, st.rcusync));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_STATS, st.stats));
   int inner = bpf_map_create(BPF_MAP_TYPE_ARRAY, "egr_rcu_inner", 4, 4, 1, nullptr);
   if (inner < 0) return ErrnoStatus(errno, "create the inner map for egr_rcusync_v1");
   st.inner.reset(inner);

@@ -7,9 +7,7 @@
 #include "maps/egressd_abi.h"
 
 namespace egressd::maps {
-namespace {
-
-absl::Status OpenPin(const std::string& root, const char* name, UniqueFd& out) {
+absl::Status OpenPinnedMap(const std::string& root, const char* name, UniqueFd& out) {
   std::string path = absl::StrCat(root, "/", name);
   int fd = bpf_obj_get(path.c_str());
   if (fd < 0) {
@@ -20,20 +18,18 @@ absl::Status OpenPin(const std::string& root, const char* name, UniqueFd& out) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
 absl::StatusOr<PinnedMaps> PinnedMaps::Open(const std::string& pin_root) {
   PinnedMaps m;
   m.pin_root_ = pin_root;
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_CGROUPS, m.cgroups_));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_POLICY, m.policy_));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_ALLOW4, m.allow4_));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_ALLOW6, m.allow6_));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_PROT4, m.prot4_));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_PROT6, m.prot6_));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_RESOLVED, m.resolved_));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_CONFIG, m.config_));
-  EGR_RETURN_IF_ERROR(OpenPin(pin_root, EGR_MAP_STATS, m.stats_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_CGROUPS, m.cgroups_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_POLICY, m.policy_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_ALLOW4, m.allow4_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_ALLOW6, m.allow6_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_PROT4, m.prot4_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_PROT6, m.prot6_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_RESOLVED, m.resolved_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_CONFIG, m.config_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_STATS, m.stats_));
   return m;
 }
 

@@ -9,6 +9,10 @@
 
 namespace egressd::maps {
 
+// Opens the map pinned as `name` under `root` into `out`; the error names the
+// map, the path and the errno (and says to run `egressctl load`).
+absl::Status OpenPinnedMap(const std::string& root, const char* name, UniqueFd& out);
+
 class PinnedMaps {
  public:
   // Opens every map pinned under pin_root; NotFound names the missing pin.
