@@ -9,19 +9,13 @@
 
 #include "absl/status/statusor.h"
 #include "userspace/common/unique_fd.h"
+#include "userspace/net/dns_endpoint.h"
 #include "userspace/net/ip.h"
 
 namespace egressd::maps {
 
-// One endpoint: an address of either family or both, and one port (host
-// order) shared by both.  An absent family's queries are refused.
-struct DnsEndpoint {
-  std::optional<net::IpAddr> addr4;
-  std::optional<net::IpAddr> addr6;
-  uint16_t port = 0;
-
-  bool operator==(const DnsEndpoint&) const = default;
-};
+// One endpoint (userspace/net/dns_endpoint.h).
+using DnsEndpoint = net::DnsEndpoint;
 
 struct DnsEndpointEntry {
   uint64_t sandbox_id;

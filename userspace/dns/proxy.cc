@@ -28,13 +28,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using asio::ip::udp;
 
-std::string Endpoint::ToString() const {
-  std::string out;
-  if (addr4) absl::StrAppend(&out, addr4->ToString(), ":", port);
-  if (addr6) absl::StrAppend(&out, out.empty() ? "" : " ", "[", addr6->ToString(), "]:", port);
-  return out.empty() ? "(no address)" : out;
-}
-
 struct DnsProxy::Shared {
   Upstream& upstream;
   LearnedAddressSink& sink;

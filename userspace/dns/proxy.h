@@ -19,18 +19,13 @@
 #include "userspace/dns/learner.h"
 #include "userspace/dns/query_flow.h"
 #include "userspace/dns/upstream.h"
+#include "userspace/net/dns_endpoint.h"
 #include "userspace/net/ip.h"
 
 namespace egressd::dns {
 
 // Where a sandbox's queries arrive (the record's "dns" field).
-struct Endpoint {
-  std::optional<net::IpAddr> addr4;
-  std::optional<net::IpAddr> addr6;
-  uint16_t port = 0;
-  bool operator==(const Endpoint&) const = default;
-  std::string ToString() const;
-};
+using Endpoint = net::DnsEndpoint;
 
 struct ProxyOptions {
   Lifetime lifetime;
