@@ -19,6 +19,7 @@ absl::StatusOr<std::unique_ptr<DnsServer>> DnsServer::Start(const DnsServerSpec&
   for (const auto& [name, addrs] : spec.records) {
     rs.argv.push_back(absl::StrCat("--host-record=", name, ",", absl::StrJoin(addrs, ",")));
   }
+  for (const auto& [alias, target] : spec.cnames) rs.argv.push_back(absl::StrCat("--cname=", alias, ",", target));
   rs.netns = spec.netns;
   rs.timeout = std::chrono::hours(1);
   auto bg = lab::Start(rs);

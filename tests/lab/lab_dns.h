@@ -22,6 +22,8 @@ struct DnsServerSpec {
   uint16_t port = 53;
   // name -> addresses (A or AAAA by family), answered authoritatively.
   std::map<std::string, std::vector<std::string>> records;
+  // alias -> target (a name of `records`): answered as a CNAME chain.
+  std::map<std::string, std::string> cnames;
 };
 
 class DnsServer {

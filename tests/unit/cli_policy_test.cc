@@ -91,9 +91,10 @@ TEST_F(Cli, CheckAcceptsTheSeedsTaskWithItsWarnings) {
   EXPECT_EQ(r.err,
             "egressctl: warning: task egress.allow[1] \"*.githubusercontent.com\": a wildcard over "
             "the public suffix \"githubusercontent.com\" reaches every site registered under it\n"
-            "egressctl: warning: names are not enforced yet (that needs egressd's DNS proxy): "
-            "\"target.example.com\", \"*.githubusercontent.com\" reach nothing from this sandbox "
-            "until then; addresses and CIDRs are enforced now\n");
+            "egressctl: warning: names are resolved only by egressd's DNS proxy: "
+            "\"target.example.com\", \"*.githubusercontent.com\" reach nothing from a sandbox "
+            "whose DNS it does not serve (egressctl run serves its own; sandbox add needs "
+            "--dns-endpoint4/6 and egressctl dns serve); addresses and CIDRs are enforced either way\n");
 }
 
 TEST_F(Cli, CheckWithNoInputsIsTheEmbeddedDefault) {

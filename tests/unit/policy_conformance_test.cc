@@ -49,7 +49,7 @@ struct Vector {
   std::vector<std::string> want = {};
   std::vector<std::string> want_errors = {};
   std::vector<std::string> want_warnings = {};
-  bool names_enforced = true;  // false: expect the "not enforced yet" warning
+  bool names_enforced = true;  // false: no DNS proxy serves it: expect the warning that names reach nothing
 };
 
 std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {

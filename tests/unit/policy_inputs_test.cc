@@ -162,10 +162,28 @@ TEST(PolicyInputs, AnUnreadableSuffixListIsAWarningOnlyWhenAWildcardNeedsIt) {
   in.run_targets = {"*.example.com"};
   p = CompileInputs(in);
   ASSERT_TRUE(p.ok()) << p.status();
-  ASSERT_EQ(p->warnings.size(), 2u);  // this, and that names are not enforced yet
+  ASSERT_EQ(p->warnings.size(), 2u);  // this, and that names need egressd's DNS proxy
   EXPECT_EQ(p->warnings[1],
             "the public suffix list \"/nonexistent/psl.dat\" cannot be read (Debian package "
             "publicsuffix); wildcards over public suffixes are not flagged");
+}
+
+// A sandbox whose DNS egressd serves (egressctl run, a DNS endpoint) has its
+// names enforced: no warning that they reach nothing.
+TEST(CompileInputs, NamesWarningOnlyWhereNoProxyServesTheSandbox) {
+  PolicyInputs in;
+  in.public_suffix_path = "/nonexistent/psl.dat";
+  in.run_targets = {"api.example.com"};
+  auto p = CompileInputs(in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->warnings.size(), 1u);
+  EXPECT_NE(p->warnings[0].find("\"api.example.com\" reaches nothing from a sandbox whose DNS it does not serve"),
+            std::string::npos)
+      << p->warnings[0];
+  in.dns_served = true;
+  p = CompileInputs(in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->warnings.empty()) << p->warnings[0];
 }
 
 using LazySuffixListTest = ScratchDir;

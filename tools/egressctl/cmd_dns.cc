@@ -20,6 +20,7 @@
 #include "maps/pinned_maps.h"
 #include "maps/resolved_table.h"
 #include "tools/egressctl/commands.h"
+#include "tools/egressctl/run_dns.h"
 #include "userspace/common/errors.h"
 #include "userspace/control/sandbox_record.h"
 #include "userspace/dns/proxy.h"
@@ -34,22 +35,6 @@ namespace asio = boost::asio;
 void Say(const std::string& line) {
   std::fprintf(stdout, "%s\n", line.c_str());
   std::fflush(stdout);
-}
-
-std::optional<dns::Endpoint> EndpointOf(const control::SandboxRecord& r) {
-  if (!r.dns || r.dns->port == 0 || (!r.dns->addr4 && !r.dns->addr6)) return std::nullopt;
-  return dns::Endpoint{r.dns->addr4, r.dns->addr6, r.dns->port};
-}
-
-dns::SandboxScope ScopeOf(const control::SandboxRecord& r) {
-  dns::SandboxScope s;
-  s.sandbox_id = r.cgroup_id;
-  // No known policy: no name is in scope (asks nothing).
-  if (r.current.policy) {
-    s.names = dns::NameScope(*r.current.policy);
-    s.protected_cidrs = r.current.policy->protected_cidrs;
-  }
-  return s;
 }
 
 // The proxy's upstream sockets are exempt because its cgroup is no sandbox:
@@ -100,7 +85,7 @@ class RecordWatcher {
       spdlog::warn("dns: sandbox record {}: {}", id, r.status().ToString());
       return;
     }
-    std::optional<dns::Endpoint> ep = *r ? EndpointOf(**r) : std::nullopt;
+    std::optional<dns::Endpoint> ep = *r ? DnsEndpointOf(**r) : std::nullopt;
     if (!ep) {
       if (proxy_.Serves(id)) {
         proxy_.Stop(id);
@@ -110,7 +95,7 @@ class RecordWatcher {
       }
       return;
     }
-    absl::Status s = proxy_.Serve(ScopeOf(**r), *ep);
+    absl::Status s = proxy_.Serve(DnsScopeOf(**r), *ep);
     if (!s.ok()) {
       spdlog::error("dns: {}", s.ToString());
       return;

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <optional>
 #include <thread>
 
@@ -27,6 +29,8 @@
 #include "userspace/sandbox/isolation.h"
 #include "userspace/sandbox/no_lsm_fallback.h"
 #include "tools/egressctl/policy_flags.h"
+#include "tools/egressctl/run_dns.h"
+#include "userspace/control/sandbox_record.h"
 #include "tools/egressctl/sandbox_flags.h"
 #include "userspace/common/cgroup_tree.h"
 #include "userspace/control/reconcile.h"
@@ -160,12 +164,31 @@ absl::Status ChooseSocketContainment(const Paths& paths, bool required, sandbox:
 
 }  // namespace
 
-int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox, const RunFlags& run,
+int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox_flags, const RunFlags& run,
            const std::vector<std::string>& command) {
   // Everything that can be wrong with the input is reported before anything
-  // is created or the command starts.
-  auto policy = CompileFlags(flags);
+  // is created or the command starts.  run serves its sandbox's DNS itself
+  // whenever an upstream is known, and refuses a policy with names when none
+  // is: its names are always enforced.
+  auto policy = CompileFlags(flags, /*dns_served=*/true);
   if (!policy.ok()) return Report(policy.status());
+  std::string resolv_conf;
+  if (run.upstream_dns.empty()) {
+    std::ifstream in("/etc/resolv.conf");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    resolv_conf = ss.str();
+  }
+  auto upstreams = RunUpstreams(run.upstream_dns, resolv_conf, *policy);
+  if (!upstreams.ok()) return Report(upstreams.status());
+  SandboxFlags sandbox = sandbox_flags;
+  // The endpoint is in the netns egressctl (and so the command) runs in: its
+  // loopback unless --dns-endpoint4/6 names another address.
+  const bool serve_dns = !upstreams->empty();
+  if (serve_dns && sandbox.dns_endpoint4.empty() && sandbox.dns_endpoint6.empty()) {
+    sandbox.dns_endpoint4 = "127.0.0.1";
+    sandbox.dns_endpoint6 = "::1";
+  }
   if (auto labels = ParseLabels(sandbox); !labels.ok()) return Report(labels.status());
   control::SandboxSpec dns_check;
   if (auto s = ParseDnsEndpoints(sandbox, dns_check); !s.ok()) return Report(s);
@@ -226,6 +249,24 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   spdlog::info("sandbox {} (cgroup id {}) registered; running {}", spec.cgroup_dir, *id, command[0]);
   CrashPoint("run:registered");
 
+  // The sandbox's DNS proxy, in this process (outside the sandbox's cgroup),
+  // bound before the command starts.
+  std::unique_ptr<RunDns> run_dns;
+  if (serve_dns) {
+    auto record = control::SandboxRecords(paths).Load(*id);
+    absl::StatusOr<std::unique_ptr<RunDns>> d =
+        !record.ok()  ? absl::StatusOr<std::unique_ptr<RunDns>>(record.status())
+        : !*record    ? absl::StatusOr<std::unique_ptr<RunDns>>(absl::InternalError("the sandbox's record is gone"))
+                      : RunDns::Start(paths, **record, *upstreams);
+    if (!d.ok()) {
+      spdlog::error("dns for sandbox {}: {}", *id, d.status().ToString());
+      (void)KillAndRemoveCgroup(spec.cgroup_dir);
+      (void)registry.Unregister(*id);
+      return Report(absl::InternalError(absl::StrCat("serving the sandbox's DNS: ", d.status().message())));
+    }
+    run_dns = std::move(*d);
+  }
+
   // The sandbox's audit lines, complete: the reader finishes only once every
   // occurrence up to the command's end is written (userspace/audit/trail.h).
   std::atomic<bool> command_done{false};
@@ -257,6 +298,7 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
     audit_reader.join();
     if (!audit_status.ok()) spdlog::error("--audit: {}", audit_status.ToString());
   }
+  run_dns.reset();  // its endpoint closes: queries from now on are refused
   if (cleanup.ok()) cleanup = registry.Unregister(*id);
   if (!cleanup.ok()) spdlog::error("cleaning up sandbox {}: {}", spec.cgroup_dir, cleanup.ToString());
   if (!code.ok()) return Report(code.status());

@@ -94,7 +94,8 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
     return Report(absl::InvalidArgumentError(
         "--require-socket-containment and --accept-uncontained-packet-sockets: choose one"));
   }
-  auto policy = CompileFlags(flags);
+  // A sandbox given a DNS endpoint has its names served (egressctl dns serve).
+  auto policy = CompileFlags(flags, !sandbox.dns_endpoint4.empty() || !sandbox.dns_endpoint6.empty());
   if (!policy.ok()) return Report(policy.status());
   if (auto labels = ParseLabels(sandbox); !labels.ok()) return Report(labels.status());
   control::SandboxSpec dns_check;

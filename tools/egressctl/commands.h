@@ -70,6 +70,7 @@ struct RunFlags {
   std::vector<std::string> writable;  // --writable
   std::vector<std::string> readable;  // --readable
   std::string audit;                  // --audit FILE|-: this sandbox's audit lines; empty: none
+  std::vector<std::string> upstream_dns;  // --upstream-dns IP[:PORT]; empty: /etc/resolv.conf's nameservers
 };
 
 int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& sandbox, const RunFlags& run,

@@ -186,6 +186,12 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   run->add_option("--audit", run_as.audit,
                   "Write this sandbox's audit lines (JSON) to FILE, or - for stdout, complete when run exits");
+  run->add_option("--upstream-dns", run_as.upstream_dns,
+                  "The resolver egressctl's own DNS proxy asks for the sandbox's allowed names, IP[:PORT] "
+                  "(repeatable; tried in order; default: the nameservers of /etc/resolv.conf)")
+      ->type_size(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   run->add_option("command", command, "-- CMD [ARGS...]")->required();
 
   auto* policy = app.add_subcommand("policy", "Check or compile a policy without applying it (no root needed)");

@@ -43,8 +43,10 @@ policy::PolicyInputs ToPolicyInputs(const PolicyFlags& flags) {
   return in;
 }
 
-absl::StatusOr<policy::CompiledPolicy> CompileFlags(const PolicyFlags& flags) {
-  return policy::CompileInputs(ToPolicyInputs(flags));
+absl::StatusOr<policy::CompiledPolicy> CompileFlags(const PolicyFlags& flags, bool dns_served) {
+  policy::PolicyInputs in = ToPolicyInputs(flags);
+  in.dns_served = dns_served;
+  return policy::CompileInputs(in);
 }
 
 void PrintWarnings(const policy::CompiledPolicy& p) {

@@ -14,8 +14,10 @@ namespace egressd::cli {
 policy::PolicyInputs ToPolicyInputs(const PolicyFlags& flags);
 
 // policy::CompileInputs(ToPolicyInputs(flags)): the compiled policy with its
-// warnings, or every problem at once (nothing is applied).
-absl::StatusOr<policy::CompiledPolicy> CompileFlags(const PolicyFlags& flags);
+// warnings, or every problem at once (nothing is applied).  `dns_served`:
+// egressd's DNS proxy serves the sandbox, so its names are enforced (no
+// warning that they reach nothing).
+absl::StatusOr<policy::CompiledPolicy> CompileFlags(const PolicyFlags& flags, bool dns_served = false);
 
 // Prints each of the policy's warnings as "egressctl: warning: ...".
 void PrintWarnings(const policy::CompiledPolicy& p);

@@ -74,10 +74,11 @@ std::string NamesWarning(const CompiledPolicy& p) {
   if (total > shown.size()) {
     list += " and " + std::to_string(total - shown.size()) + " more";
   }
-  return "names are not enforced yet (that needs egressd's DNS proxy): " +
-         list + (total == 1 ? " reaches" : " reach") +
-         " nothing from this sandbox until then; addresses and CIDRs are "
-         "enforced now";
+  return "names are resolved only by egressd's DNS proxy: " + list +
+         (total == 1 ? " reaches" : " reach") +
+         " nothing from a sandbox whose DNS it does not serve (egressctl run "
+         "serves its own; sandbox add needs --dns-endpoint4/6 and egressctl "
+         "dns serve); addresses and CIDRs are enforced either way";
 }
 
 }  // namespace

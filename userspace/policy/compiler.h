@@ -70,8 +70,10 @@ struct SandboxInputs {
 
 struct CompileOptions {
   const PublicSuffixes* public_suffixes = nullptr;  // null: no PSL warnings
-  // Until the DNS proxy lands nothing resolves names for the kernel, so a
-  // deny-by-default sandbox that names hosts reaches none of them: say so.
+  // True when egressd's DNS proxy serves this sandbox (egressctl run, or a
+  // sandbox given a DNS endpoint): its names reach the addresses the proxy
+  // learns.  Otherwise nothing resolves names for it, so a deny-by-default
+  // sandbox that names hosts reaches none of them: say so.
   bool names_enforced = false;
 };
 

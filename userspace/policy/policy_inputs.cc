@@ -116,7 +116,7 @@ absl::StatusOr<CompiledPolicy> CompileInputs(const PolicyInputs& in) {
   // which still finds every malformed target.
   const DeploymentConfig permissive;
   auto compiled = Compile(deployment ? *deployment : permissive, sandbox,
-                          {.public_suffixes = psl});
+                          {.public_suffixes = psl, .names_enforced = in.dns_served});
   if (!compiled.ok()) AddErrors(errors, compiled.status());
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
   if (lazy_psl.unreadable() && !compiled->wildcard_suffixes.empty()) {

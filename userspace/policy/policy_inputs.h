@@ -62,6 +62,7 @@ struct PolicyInputs {
   std::vector<std::string> run_targets;  // `--egress`, in order
   std::vector<std::string> grants;       // orchestrator grants, "ADDR:PORTS"
   bool ships_services = false;           // the task ships compose services
+  bool dns_served = false;               // egressd's DNS proxy serves this sandbox (CompileOptions::names_enforced)
 
   // The public suffix list, read only if a wildcard is judged, and then once
   // per call.  `public_suffixes`, when set, is used instead of the file (a

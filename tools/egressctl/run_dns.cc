@@ -1,0 +1,108 @@
+#include "tools/egressctl/run_dns.h"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "maps/resolved_table.h"
+
+namespace egressd::cli {
+
+std::optional<dns::Endpoint> DnsEndpointOf(const control::SandboxRecord& r) {
+  if (!r.dns || r.dns->port == 0 || (!r.dns->addr4 && !r.dns->addr6)) return std::nullopt;
+  return dns::Endpoint{r.dns->addr4, r.dns->addr6, r.dns->port};
+}
+
+dns::SandboxScope DnsScopeOf(const control::SandboxRecord& r) {
+  dns::SandboxScope s;
+  s.sandbox_id = r.cgroup_id;
+  // No known policy: no name is in scope (asks nothing).
+  if (r.current.policy) {
+    s.names = dns::NameScope(*r.current.policy);
+    s.protected_cidrs = r.current.policy->protected_cidrs;
+  }
+  return s;
+}
+
+std::vector<dns::UpstreamServer> ResolvConfNameservers(const std::string& text) {
+  std::vector<dns::UpstreamServer> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::vector<absl::string_view> words = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (words.size() < 2 || words[0] != "nameserver") continue;
+    auto s = dns::ParseUpstreamServer(std::string_view(words[1].data(), words[1].size()));
+    if (!s.ok()) continue;
+    out.push_back(*s);
+    if (out.size() == 3) break;
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<dns::UpstreamServer>> RunUpstreams(const std::vector<std::string>& flags,
+                                                              const std::string& resolv_conf,
+                                                              const policy::CompiledPolicy& policy) {
+  std::vector<dns::UpstreamServer> out;
+  std::vector<std::string> bad;
+  for (const auto& f : flags) {
+    auto s = dns::ParseUpstreamServer(f);
+    if (s.ok()) {
+      out.push_back(*s);
+    } else {
+      bad.push_back(absl::StrCat("--upstream-dns ", s.status().message()));
+    }
+  }
+  if (!bad.empty()) return absl::InvalidArgumentError(absl::StrJoin(bad, "\n"));
+  if (!out.empty()) return out;
+  out = ResolvConfNameservers(resolv_conf);
+  if (out.empty() && (!policy.names.empty() || !policy.wildcard_suffixes.empty())) {
+    return absl::InvalidArgumentError(
+        "the policy names hosts but no DNS upstream is known: give --upstream-dns IP[:PORT] "
+        "(/etc/resolv.conf names no nameserver)");
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<RunDns>> RunDns::Start(const Paths& paths, const control::SandboxRecord& record,
+                                                      const std::vector<dns::UpstreamServer>& upstreams) {
+  auto ep = DnsEndpointOf(record);
+  if (!ep) return absl::InternalError(absl::StrCat("sandbox ", record.cgroup_id, " has no DNS endpoint in its record"));
+  std::unique_ptr<RunDns> d(new RunDns());
+  auto maps = maps::PinnedMaps::Open(paths.pin_root);
+  if (!maps.ok()) return maps.status();
+  d->maps_.emplace(std::move(*maps));
+  dns::UpstreamOptions uo;
+  uo.servers = upstreams;
+  auto up = dns::Upstream::Create(d->io_, uo);
+  if (!up.ok()) return up.status();
+  d->upstream_ = std::move(*up);
+  d->table_ = std::make_unique<maps::ResolvedTable>(*d->maps_);
+  d->proxy_ = std::make_unique<dns::DnsProxy>(d->io_, *d->upstream_, *d->table_);
+  // Bound here, before the command starts: its first query finds the endpoint.
+  if (absl::Status s = d->proxy_->Serve(DnsScopeOf(record), *ep); !s.ok()) return s;
+  d->endpoint_ = ep->ToString();
+  d->loop_ = std::thread([io = &d->io_] {
+    auto guard = boost::asio::make_work_guard(*io);
+    io->run();
+  });
+  std::vector<std::string> names;
+  for (const auto& u : upstreams) names.push_back(u.ToString());
+  spdlog::info("dns: serving sandbox {} at {}, upstream {}", record.cgroup_id, d->endpoint_, absl::StrJoin(names, ", "));
+  return d;
+}
+
+RunDns::~RunDns() {
+  io_.stop();
+  if (loop_.joinable()) loop_.join();
+  if (proxy_) {
+    const dns::Counters& c = proxy_->counters();
+    spdlog::info("dns: {} queries, {} denied, {} forwarded, {} answered, {} servfail, {} learned", c.queries.load(),
+                 c.denied.load(), c.forwarded.load(), c.answered.load(), c.servfail.load(), c.learned.load());
+  }
+  // The proxy and upstream go before the loop they ran on.
+  proxy_.reset();
+  upstream_.reset();
+}
+
+}  // namespace egressd::cli

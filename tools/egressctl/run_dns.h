@@ -1,0 +1,63 @@
+// egressctl run's own DNS: the proxy for its one sandbox, served in the
+// egressctl parent (which stays outside the sandbox's cgroup, so its upstream
+// queries are no sandbox's) on an endpoint in the netns egressctl was started
+// in, for as long as the command runs.  When egressctl is gone the endpoint
+// is gone: the sandbox's queries are refused (DNS fails closed) while the
+// kernel keeps enforcing.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "absl/status/statusor.h"
+#include "maps/pinned_maps.h"
+#include "userspace/common/node.h"
+#include "userspace/control/sandbox_record.h"
+#include "userspace/dns/proxy.h"
+#include "userspace/dns/upstream.h"
+#include "userspace/policy/compiled_policy.h"
+
+namespace egressd::cli {
+
+// The endpoint and scope a record gives the proxy (shared with dns serve).
+std::optional<dns::Endpoint> DnsEndpointOf(const control::SandboxRecord& r);
+dns::SandboxScope DnsScopeOf(const control::SandboxRecord& r);
+
+// Up to three `nameserver` addresses of a resolv.conf text, in order (glibc
+// reads no more); lines that do not parse (a scope id, a comment) are skipped.
+std::vector<dns::UpstreamServer> ResolvConfNameservers(const std::string& text);
+
+// Whom egressctl run's proxy asks: --upstream-dns (bad values: InvalidArgument
+// naming them), else the nameservers of `resolv_conf` (the node's
+// /etc/resolv.conf).  Empty when neither names one; then a policy with names
+// is InvalidArgument (nothing could resolve them).
+absl::StatusOr<std::vector<dns::UpstreamServer>> RunUpstreams(const std::vector<std::string>& flags,
+                                                              const std::string& resolv_conf,
+                                                              const policy::CompiledPolicy& policy);
+
+class RunDns {
+ public:
+  // Binds the record's endpoint and serves it on a thread of its own until
+  // destroyed.  Fails (nothing left running) when the endpoint cannot be bound.
+  static absl::StatusOr<std::unique_ptr<RunDns>> Start(const Paths& paths, const control::SandboxRecord& record,
+                                                       const std::vector<dns::UpstreamServer>& upstreams);
+  ~RunDns();
+  std::string endpoint() const { return endpoint_; }
+
+ private:
+  RunDns() = default;
+  boost::asio::io_context io_;
+  std::optional<maps::PinnedMaps> maps_;
+  std::unique_ptr<dns::Upstream> upstream_;
+  std::unique_ptr<dns::LearnedAddressSink> table_;
+  std::unique_ptr<dns::DnsProxy> proxy_;
+  std::thread loop_;
+  std::string endpoint_;
+};
+
+}  // namespace egressd::cli
