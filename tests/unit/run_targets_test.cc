@@ -90,13 +90,13 @@ const Vector kVectors[] = {
     {"bare_star_rejected", Floor::kConnected, {"*"}, Verdict::kDeny, {},
      {"--egress \"*\": a bare * is not a scope: it asks for the default; omit "
       "--egress to keep the floor's default, or name the destinations"}},
-    {"fqdn_rejected_until_names_are_supported", Floor::kConnected,
+    {"fqdn_rejected_by_the_address_only_compiler", Floor::kConnected,
      {"example.com"}, Verdict::kDeny, {},
-     {"--egress \"example.com\": names are not supported yet; declare IP "
+     {"--egress \"example.com\": this address-only compiler takes no names; declare IP "
       "addresses or CIDRs"}},
-    {"wildcard_rejected_until_names_are_supported", Floor::kConnected,
+    {"wildcard_rejected_by_the_address_only_compiler", Floor::kConnected,
      {"*.example.com"}, Verdict::kDeny, {},
-     {"--egress \"*.example.com\": names are not supported yet (wildcard); "
+     {"--egress \"*.example.com\": this address-only compiler takes no names (wildcard); "
       "declare IP addresses or CIDRs"}},
     {"garbage_rejected", Floor::kConnected,
      {"not-an-ip!", " 192.0.2.1", "192.0.2.0/x"}, Verdict::kDeny, {},
@@ -132,7 +132,7 @@ const Vector kVectors[] = {
       "169.254.169.254/32, floor connected)",
       "--egress \"10.1.2.3/8\" has host bits set; the network is "
       "\"10.0.0.0/8\"",
-      "--egress \"example.com\": names are not supported yet; declare IP "
+      "--egress \"example.com\": this address-only compiler takes no names; declare IP "
       "addresses or CIDRs"}},
     {"repeated_problem_reported_once", Floor::kConnected, {"*", "*"},
      Verdict::kDeny, {},

@@ -25,7 +25,7 @@ std::optional<std::string> NotAnAddress(std::string_view t) {
            "to keep the floor's default, or name the destinations";
   }
   if (t.size() > 2 && t.substr(0, 2) == "*.") {
-    return "names are not supported yet (wildcard); declare IP addresses or "
+    return "this address-only compiler takes no names (wildcard); declare IP addresses or "
            "CIDRs";
   }
   if (t.front() == '[' && t.find("]:") != std::string_view::npos) {
@@ -45,7 +45,7 @@ std::optional<std::string> NotAnAddress(std::string_view t) {
     return IsLetter(c) || IsDigit(c) || c == '-' || c == '.';
   });
   if (name_chars && std::any_of(t.begin(), t.end(), IsLetter)) {
-    return "names are not supported yet; declare IP addresses or CIDRs";
+    return "this address-only compiler takes no names; declare IP addresses or CIDRs";
   }
   return std::nullopt;
 }

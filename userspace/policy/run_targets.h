@@ -20,8 +20,9 @@ struct RunInputs {
   std::vector<std::string> egress_targets;  // --egress values, in order
 };
 
-// Address and CIDR targets only for now: an FQDN or wildcard target is
-// rejected saying names are not supported yet.
+// Address and CIDR targets only: an FQDN or wildcard target is rejected
+// saying this compiler takes no names (egressctl compiles names
+// with Compile(), and its DNS proxy enforces them).
 //
 // No targets: the floor's default.  Any target: deny by default with the
 // targets allowed, because a declaration states the whole scope.  A target
