@@ -5,6 +5,10 @@
 // under several policies as a hostile sandbox would (root, only CAP_NET_RAW),
 // and shows what each attempt got and what the lab host saw; then registers
 // a pod's cgroup as an orchestrator does (with labels) and shows its record.
+// Names: a dnsmasq in the world is the upstream egressctl run's own DNS proxy
+// asks; the demo shows an allowed name resolving then connecting, its
+// address refused before the query, and a denied name getting NXDOMAIN with
+// the upstream's query count for it.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include "lab.h"
+#include "lab_dns.h"
 
 namespace {
 
@@ -23,7 +28,13 @@ struct Scenario {
   std::vector<std::string> policy;
   std::vector<std::string> probe;
   const char* dst;
+  // Set: the sandbox runs `sh -c shell` instead of the probe alone, and the
+  // demo shows how many queries the upstream received for `asked`.
+  std::string shell;
+  std::string asked;
 };
+
+constexpr const char* kUpstreamDns = kPublicE4;  // the world's resolver egressd asks
 
 std::string Field(const ProbeLine& l, const char* k) {
   auto it = l.find(k);
@@ -66,6 +77,19 @@ int main() {
   RunResult load = ctl_run({"load"}, false);
   std::printf("$ egressctl load\n%s%s\n", load.out.c_str(), load.err.c_str());
   if (load.exit_code != 0) return 1;
+  // The world's resolver: allowed.example is the lab host 192.0.2.10,
+  // denied.example 192.0.2.11.  Every query it receives is logged.
+  auto upstream = DnsServer::Start(DnsServerSpec{.netns = (*lab)->world_netns(),
+                                                 .listen = {kUpstreamDns},
+                                                 .records = {{"allowed.example", {kPublicA4}},
+                                                             {"denied.example", {kPublicB4}}}});
+  if (!upstream.ok()) {
+    std::fprintf(stderr, "egressd-demo: %s\n", upstream.status().ToString().c_str());
+    return 1;
+  }
+  const std::string probe_bin = BinaryPath("egressd-probe");
+  const std::string hostile = "setpriv --bounding-set -all,+net_raw --inh-caps -all -- " + probe_bin;
+  const std::vector<std::string> names = {"--egress", "allowed.example", "--upstream-dns", kUpstreamDns};
 
   const std::vector<Scenario> scenarios = {
       {"no declaration: the connected floor", {}, {"tcp", kPublicA4, "80"}, kPublicA4},
@@ -79,6 +103,11 @@ int main() {
       {"on-deny drop: a silent hang", {"--egress", kPublicA4, "--on-deny", "drop"}, {"tcp", kPublicD4, "80", "--timeout-ms", "1000"}, kPublicD4},
       {"hosted floor: private ranges", {"--floor", "hosted"}, {"udp-sendto", kPrivate10, "7000"}, kPrivate10},
       {"airgapped floor: literal address", {"--floor", "airgapped"}, {"tcp", kDns4, "443"}, kDns4},
+      {"a name: its address before any query", names, {"tcp", kPublicA4, "80"}, kPublicA4, "", "allowed.example"},
+      {"an allowed name: resolve, then connect", names, {}, kPublicA4,
+       "getent ahostsv4 allowed.example >&2 && " + hostile + " tcp " + kPublicA4 + " 80", "allowed.example"},
+      {"a denied name: NXDOMAIN, nothing upstream", names, {}, kPublicB4,
+       "dig +time=2 +tries=1 @8.8.8.8 denied.example | grep -o 'status: [A-Z]*'", "denied.example"},
   };
 
   // Each scenario's audit lines (docs/audit.md), shown after the table.
@@ -92,13 +121,21 @@ int main() {
     audit_files.emplace_back(sc.what, audit_dir + "/" + std::to_string(audit_files.size()) + ".jsonl");
     std::vector<std::string> args = {"run", "--audit", audit_files.back().second};
     args.insert(args.end(), sc.policy.begin(), sc.policy.end());
-    args.insert(args.end(), {"--", "setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--",
-                             BinaryPath("egressd-probe")});
-    args.insert(args.end(), sc.probe.begin(), sc.probe.end());
+    const uint64_t asked_before = sc.asked.empty() ? 0 : (*upstream)->QueriesFor(sc.asked);
+    if (sc.shell.empty()) {
+      args.insert(args.end(), {"--", "setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--",
+                               probe_bin});
+      args.insert(args.end(), sc.probe.begin(), sc.probe.end());
+    } else {
+      args.insert(args.end(), {"--", "sh", "-c", sc.shell});
+    }
     RunResult r = ctl_run(args, true);
     auto lines = ParseProbeLines(r.out);
     std::string saw = lines.empty() ? "exit " + std::to_string(r.exit_code)
                                     : (Field(lines[0], "result") == "ok" ? "ok" : Field(lines[0], "errno"));
+    if (const size_t st = r.out.find("status: "); lines.empty() && st != std::string::npos) {
+      saw = r.out.substr(st + 8, r.out.find('\n', st) - st - 8);
+    }
     if (!lines.empty() && Field(lines[0], "op") == "raw-icmp") saw = Field(lines[0], "echo") == "true" ? "echo reply" : "no reply";
     // Markers sent after the attempt on the same path: once they arrived,
     // anything the attempt sent has arrived too.
@@ -106,8 +143,13 @@ int main() {
     std::string policy;
     for (const auto& p : sc.policy) policy += p + " ";
     if (policy.empty()) policy = "(none)";
-    std::printf("%-40s %-34s %-22s %llu packet(s) at %s\n", sc.what.c_str(), policy.c_str(), saw.c_str(),
+    std::printf("%-40s %-34s %-22s %llu packet(s) at %s", sc.what.c_str(), policy.c_str(), saw.c_str(),
                 static_cast<unsigned long long>((*lab)->PacketsTo(sc.dst)), sc.dst);
+    if (!sc.asked.empty()) {
+      std::printf("; upstream got %llu query(ies) for %s",
+                  static_cast<unsigned long long>((*upstream)->QueriesFor(sc.asked) - asked_before), sc.asked.c_str());
+    }
+    std::printf("\n");
   }
   std::printf("\nThe audit trail of each scenario (egressctl audit --input FILE -o compact):\n");
   for (const auto& [what, file] : audit_files) {
