@@ -8,10 +8,14 @@
 // connect to the learned address then succeeds.  The world's 8.8.8.8 (also
 // a dnsmasq, answering differently) must see nothing.  Clients: dig, glibc
 // (getent) and egressd-probe, which the 6.1 guest carries (no python).
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "egressd_env.h"
@@ -298,6 +303,62 @@ TEST_F(DnsEndToEnd, EgressctlRunServesItsOwnSandboxsNamesInProcess) {
   EXPECT_GE(UpstreamQueriesFor(kAllowed), 1u) << upstream_->Log();
   EXPECT_EQ(UpstreamQueriesFor(kDenied), 0u) << upstream_->Log();
   ExpectWorld8SawNothing();
+}
+
+// egressctl killed while its command runs: the endpoint went with it, so the
+// command's queries are refused (DNS fails closed), and the kernel still
+// enforces its policy (an address no answer taught stays refused).
+TEST_F(DnsEndToEnd, EgressctlRunKilledLeavesItsCommandWithoutDnsAndStillEnforced) {
+  char dir[] = "/run/egr-dnse2e-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string fifo = absl::StrCat(dir, "/go");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string probe = lab::BinaryPath("egressd-probe");
+  const std::string script =
+      absl::StrCat("echo started; read go < ", fifo, "; dig +short +time=1 +tries=1 @8.8.8.8 ", kAllowed,
+                   "; echo dig=$?; ", probe, " batch 'tcp ", lab::kPublicB4, " 80'");
+  RunSpec spec;
+  spec.argv = {lab::BinaryPath("egressctl"), "run", "--egress", kAllowed, "--upstream-dns", kUpstream,
+               "--readable", dir, "--", "sh", "-c", script};
+  spec.netns = lab().pod().netns;
+  spec.env = Shared().CtlEnv();
+  spec.timeout = 30s;
+  auto bg = lab::Start(spec);
+  ASSERT_TRUE(bg.ok()) << bg.status();
+  auto started = bg->ReadOutLine(10s);
+  ASSERT_EQ(started.value_or(""), "started") << bg->err();
+  const pid_t egressctl = bg->pid();
+  const std::string cgroups = absl::StrCat(Lab::cgroup2_root(), "/egressd");
+  ASSERT_EQ(kill(egressctl, SIGKILL), 0);
+  // Reaped: its sockets are closed.
+  int status = 0;
+  ASSERT_EQ(waitpid(egressctl, &status, 0), egressctl);
+  // The command's `read` takes this line whenever it opens the fifo (held
+  // open read-write here until its output arrived, so the line is not lost).
+  int go = open(fifo.c_str(), O_RDWR);
+  ASSERT_GE(go, 0) << fifo << ": " << strerror(errno);
+  ASSERT_EQ(write(go, "go\n", 3), 3);
+  std::vector<std::string> out;
+  for (auto line = bg->ReadOutLine(15s); line; line = bg->ReadOutLine(15s)) {
+    out.push_back(*line);
+    if (absl::StrContains(*line, "\"op\"")) break;
+  }
+  close(go);
+  std::string all = absl::StrJoin(out, "\n");
+  EXPECT_NE(all.find("dig=9"), std::string::npos) << "dig reached no server: " << all << "\n" << bg->err();
+  EXPECT_EQ(all.find(kAllowed4), std::string::npos) << all;
+  auto lines = lab::ParseProbeLines(all);
+  ASSERT_EQ(lines.size(), 1u) << all;
+  EXPECT_EQ(Errno(lines[0]), "EPERM") << all;
+  // The orphaned sandbox: its processes killed, then unregistered.
+  for (const auto& e : std::filesystem::directory_iterator(cgroups)) {
+    if (!absl::StartsWith(e.path().filename().string(), absl::StrCat("run-", egressctl, "-"))) continue;
+    std::ofstream(e.path() / "cgroup.kill") << "1\n";
+    RunResult rm = Shared().Ctl({"sandbox", "remove", "--cgroup", e.path().string()});
+    EXPECT_EQ(rm.exit_code, 0) << rm.Describe();
+  }
+  unlink(fifo.c_str());
+  rmdir(dir);
 }
 
 // Names with no upstream to ask are bad input: exit 2 naming the fix, and
