@@ -7,7 +7,8 @@
 // sandbox's egr_resolved_v1 entries before releasing it, and the pod's
 // connect to the learned address then succeeds.  The world's 8.8.8.8 (also
 // a dnsmasq, answering differently) must see nothing.  Clients: dig, glibc
-// (getent) and egressd-probe, which the 6.1 guest carries (no python).
+// (getent) and egressd-probe, which the 6.1 guest carries (no python3; no
+// head or grep either: the scripts use sh alone).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -287,8 +288,8 @@ namespace {
 TEST_F(DnsEndToEnd, EgressctlRunServesItsOwnSandboxsNamesInProcess) {
   const std::string probe = lab::BinaryPath("egressd-probe");
   const std::string script = absl::StrCat(probe, " batch 'tcp ", kAllowed4, " 80'; getent ahostsv4 ", kAllowed,
-                                          " | head -n 1; ", probe, " batch 'tcp ", kAllowed4,
-                                          " 80'; dig +time=2 +tries=1 @8.8.8.8 ", kDenied, " | grep -o 'status: [A-Z]*'");
+                                          "; ", probe, " batch 'tcp ", kAllowed4,
+                                          " 80'; dig +time=2 +tries=1 @8.8.8.8 ", kDenied);
   RunResult r = Shared().CtlIn(lab().pod().netns, {"-v", "run", "--egress", kAllowed, "--upstream-dns", kUpstream,
                                                    "--", "sh", "-c", script});
   EXPECT_EQ(r.exit_code, 0) << r.Describe();
