@@ -313,6 +313,14 @@ TEST_F(DnsEndToEnd, EgressctlRunKilledLeavesItsCommandWithoutDnsAndStillEnforced
   char dir[] = "/run/egr-dnse2e-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string fifo = absl::StrCat(dir, "/go");
+  // Removed however the test ends.
+  struct Cleanup {
+    std::string fifo, dir;
+    ~Cleanup() {
+      unlink(fifo.c_str());
+      rmdir(dir.c_str());
+    }
+  } cleanup{fifo, dir};
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   const std::string probe = lab::BinaryPath("egressd-probe");
   const std::string script =
@@ -358,8 +366,6 @@ TEST_F(DnsEndToEnd, EgressctlRunKilledLeavesItsCommandWithoutDnsAndStillEnforced
     RunResult rm = Shared().Ctl({"sandbox", "remove", "--cgroup", e.path().string()});
     EXPECT_EQ(rm.exit_code, 0) << rm.Describe();
   }
-  unlink(fifo.c_str());
-  rmdir(dir);
 }
 
 // Names with no upstream to ask are bad input: exit 2 naming the fix, and
