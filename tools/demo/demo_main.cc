@@ -165,12 +165,21 @@ int main() {
   // labels; egressd keeps a record of each sandbox beside the maps.
   auto pod_cg = (*lab)->MakeCgroup("pod-agent-7");
   if (!pod_cg.ok()) return 1;
-  show("egressctl sandbox add --cgroup .../pod-agent-7 --egress " + std::string(kPublicA4) +
-           " --label pod=agent-7 --label namespace=evals",
-       ctl_run({"sandbox", "add", "--cgroup", *pod_cg, "--egress", kPublicA4, "--label", "pod=agent-7",
-                "--label", "namespace=evals", "--netns", (*lab)->client_netns()},
-               false));
+  std::vector<std::string> add = {"sandbox", "add", "--cgroup", *pod_cg, "--egress", kPublicA4, "--label",
+                                  "pod=agent-7", "--label", "namespace=evals", "--netns", (*lab)->client_netns()};
+  const std::string add_shown = "egressctl sandbox add --cgroup .../pod-agent-7 --egress " + std::string(kPublicA4) +
+                                " --label pod=agent-7 --label namespace=evals";
+  RunResult added = ctl_run(add, false);
+  show(add_shown, added);
+  if (added.exit_code == 3) {
+    // A node without the bpf LSM cannot contain a pod's packet sockets: the
+    // registration is refused unless the operator accepts that, explicitly.
+    add.push_back("--accept-uncontained-packet-sockets");
+    added = ctl_run(add, false);
+    show(add_shown + " --accept-uncontained-packet-sockets", added);
+  }
   for (const char* dst : {kPublicA4, kImds4}) {
+    if (added.exit_code != 0) break;
     RunResult r = (*lab)->Probe({"tcp", dst, "80"}, *pod_cg, /*hostile=*/true);
     auto lines = ParseProbeLines(r.out);
     std::printf("pod-agent-7 connects to %-16s %s\n", dst,
