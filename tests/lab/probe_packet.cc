@@ -95,6 +95,22 @@ std::vector<uint8_t> UdpFrame(const uint8_t dst_mac[6], const Iface& ifc, in_add
   return f;
 }
 
+// Submits the one prepared SQE and waits for its completion: 0 with the
+// result in *res, or the errno of the submit, the wait or the operation.
+// SEND_ZC posts a notification CQE when the buffer is released: consumed too.
+int SubmitOne(io_uring* ring, int* res) {
+  if (int r = io_uring_submit(ring); r < 0) return -r;
+  io_uring_cqe* cqe = nullptr;
+  if (int w = io_uring_wait_cqe(ring, &cqe); w < 0) return -w;
+  const int result = cqe->res;
+  const bool more = cqe->flags & IORING_CQE_F_MORE;
+  io_uring_cqe_seen(ring, cqe);
+  if (more && io_uring_wait_cqe(ring, &cqe) == 0) io_uring_cqe_seen(ring, cqe);
+  if (result < 0) return -result;
+  *res = result;
+  return 0;
+}
+
 int UringSend(int fd, const std::vector<uint8_t>& f, const std::string& via, sockaddr_ll* to) {
   io_uring ring;
   if (int r = io_uring_queue_init(4, &ring, 0); r < 0) return -r;
@@ -108,21 +124,8 @@ int UringSend(int fd, const std::vector<uint8_t>& f, const std::string& via, soc
   if (via == "uring-send") io_uring_prep_send(sqe, fd, f.data(), f.size(), 0);
   else if (via == "uring-sendmsg") io_uring_prep_sendmsg(sqe, fd, &msg, 0);
   else io_uring_prep_send_zc(sqe, fd, f.data(), f.size(), 0, 0);
-  int err = 0;
-  if (int r = io_uring_submit(&ring); r < 0) {
-    err = -r;
-  } else {
-    io_uring_cqe* cqe = nullptr;
-    if (int w = io_uring_wait_cqe(&ring, &cqe); w < 0) {
-      err = -w;
-    } else {
-      if (cqe->res < 0) err = -cqe->res;
-      // SEND_ZC: a notification CQE follows when the buffer is released.
-      bool more = cqe->flags & IORING_CQE_F_MORE;
-      io_uring_cqe_seen(&ring, cqe);
-      if (more && io_uring_wait_cqe(&ring, &cqe) == 0) io_uring_cqe_seen(&ring, cqe);
-    }
-  }
+  int res = 0;
+  const int err = SubmitOne(&ring, &res);
   io_uring_queue_exit(&ring);
   return err;
 }
@@ -303,19 +306,8 @@ void OpUringSocket(const Op& op) {
   if (int r = io_uring_queue_init(2, &ring, 0); r < 0) return j.Err(-r, "io_uring_setup").Emit();
   io_uring_sqe* sqe = io_uring_get_sqe(&ring);
   io_uring_prep_socket(sqe, family, type | SOCK_CLOEXEC, 0, 0);
-  int err = 0, made = -1;
-  if (int r = io_uring_submit(&ring); r < 0) {
-    err = -r;
-  } else {
-    io_uring_cqe* cqe = nullptr;
-    if (int w = io_uring_wait_cqe(&ring, &cqe); w < 0) {
-      err = -w;
-    } else {
-      if (cqe->res < 0) err = -cqe->res;
-      else made = cqe->res;
-      io_uring_cqe_seen(&ring, cqe);
-    }
-  }
+  int made = -1;
+  const int err = SubmitOne(&ring, &made);
   io_uring_queue_exit(&ring);
   if (err != 0) return j.Err(err, "uring-socket").Emit();
   Fd fd(made);
