@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "userspace/dns/upstream_socket.h"
 
 namespace egressd::dns {
 
@@ -189,6 +190,9 @@ absl::StatusOr<std::unique_ptr<Upstream>> Upstream::Create(asio::io_context& io,
     o.sock_state_cb_data = c.get();
     int rc = ares_init_options(&c->ch, &o, mask);
     if (rc != ARES_SUCCESS) return absl::InternalError(absl::StrCat("c-ares channel: ", ares_strerror(rc)));
+    // Answers forged by a sandbox arrive on its pod's veth: a socket bound
+    // to the upstream's route hears none of them (upstream_socket.h).
+    ares_set_socket_functions(c->ch, InterfaceBoundSocketFunctions(), nullptr);
     rc = ares_set_servers_ports_csv(c->ch, servers.c_str());
     if (rc != ARES_SUCCESS) {
       c->Destroy();
