@@ -137,7 +137,8 @@ for t in "${priv_tests[@]}"; do
   project_bins+=("$b")
 done
 project_bins+=("$bdir/tests/lab/egressd-probe" "$bdir/tools/egressctl/egressctl"
-              "$bdir/tests/priv/egr-lock-holder" "$bdir/tests/priv/egr-dns-ask")
+              "$bdir/tests/priv/egr-lock-holder" "$bdir/tests/priv/egr-dns-ask"
+              "$bdir/tests/lab/egr-dns-attack")
 for b in "${project_bins[@]}"; do [[ -x $b ]] || die "$b missing: run scripts/build.sh"; done
 # differential_test compares egressd with the nftables rendering through a
 # python3 listener, which this initramfs does not carry (python3 and its
@@ -179,8 +180,9 @@ done
 
 # Host tools, at the path they have here (real util-linux beats busybox's applets).
 # tcpdump, ping and nmap: tests/priv/raw_tools_test's positive controls; dig:
-# tests/priv/dns_redirect_test's client; getent: its glibc client (hosts: files dns).
-host_tools=(bpftool ip tc nft dnsmasq dig getent setpriv nsenter unshare mount umount tcpdump ping nmap)
+# tests/priv/dns_redirect_test's client; getent: its glibc client (hosts: files dns);
+# kdig: tests/priv/dns_attack_test's DoT/DoH client.
+host_tools=(bpftool ip tc nft dnsmasq dig getent setpriv nsenter unshare mount umount tcpdump ping nmap kdig)
 for tool in "${host_tools[@]}"; do
   src=$(command -v "$tool") || die "$tool not found on the host"
   src=$(readlink -f "$src")
