@@ -1,7 +1,12 @@
 // --upstream-dns values.
 #include <gtest/gtest.h>
 
+#include <net/if.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
 #include "userspace/dns/upstream.h"
+#include "userspace/dns/upstream_socket.h"
 
 namespace egressd::dns {
 namespace {
@@ -29,6 +34,44 @@ TEST(DnsUpstreamServer, RejectsNamingTheValue) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find(std::string("\"") + bad), std::string::npos) << r.status();
   }
+}
+
+// The upstream socket is bound to the interface its upstream is routed over
+// (a local address: lo), so packets arriving on any other interface (a pod's
+// veth) never reach it.
+TEST(DnsUpstreamSocket, IsBoundToTheRoutesInterfaceBeforeItConnects) {
+  const int lo = static_cast<int>(if_nametoindex("lo"));
+  ASSERT_GT(lo, 0);
+  sockaddr_in v4{};
+  v4.sin_family = AF_INET;
+  v4.sin_port = htons(53);
+  v4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  auto i4 = RouteOutputInterface(reinterpret_cast<sockaddr*>(&v4), sizeof(v4));
+  ASSERT_TRUE(i4.ok()) << i4.status();
+  EXPECT_EQ(*i4, lo);
+  sockaddr_in6 v6{};
+  v6.sin6_family = AF_INET6;
+  v6.sin6_port = htons(53);
+  v6.sin6_addr = in6addr_loopback;
+  auto i6 = RouteOutputInterface(reinterpret_cast<sockaddr*>(&v6), sizeof(v6));
+  if (i6.ok()) EXPECT_EQ(*i6, lo);  // (a host without IPv6 has no route to ::1)
+
+  const ares_socket_functions* f = InterfaceBoundSocketFunctions();
+  ares_socket_t fd = f->asocket(AF_INET, SOCK_DGRAM, 0, nullptr);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(f->aconnect(fd, reinterpret_cast<sockaddr*>(&v4), sizeof(v4), nullptr), 0) << strerror(errno);
+  int bound = 0;
+  socklen_t len = sizeof(bound);
+  ASSERT_EQ(getsockopt(fd, SOL_SOCKET, SO_BINDTOIFINDEX, &bound, &len), 0) << strerror(errno);
+  EXPECT_EQ(bound, lo);
+  EXPECT_EQ(f->aclose(fd, nullptr), 0);
+}
+
+TEST(DnsUpstreamSocket, AnAddressOfNoIpFamilyHasNoRoute) {
+  sockaddr_in v4{};
+  v4.sin_family = AF_UNIX;  // no family a route lookup knows
+  auto r = RouteOutputInterface(reinterpret_cast<sockaddr*>(&v4), sizeof(v4));
+  EXPECT_FALSE(r.ok());
 }
 
 }  // namespace
