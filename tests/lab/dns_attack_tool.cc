@@ -14,7 +14,7 @@
 //                                          query for NAME (a slow upstream): one
 //                                          line per query ("from" = the asker's
 //                                          address and port), the answer sent
-//                                          at SIGUSR1 (or after 30 s)
+//                                          at SIGUSR1 (or, should no signal come, after 300 s)
 //   tcp-count ADDR PORT                    a TCP listener: "listening", then a
 //                                          line per accepted connection
 //   rounds PREFIX SUFFIX FIRST COUNT PORT  COUNT rounds of getaddrinfo(PREFIX<i>SUFFIX)
@@ -244,7 +244,7 @@ int HoldServer(char** a) {
     uint16_t id;
   };
   std::vector<Held> held;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
   for (;;) {
     if (g_release || std::chrono::steady_clock::now() > deadline) {
       for (const Held& h : held) {

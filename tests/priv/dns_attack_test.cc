@@ -232,7 +232,7 @@ class DnsAttack : public ::testing::Test {
   std::vector<ProbeLine> Attack(const Sandbox& s, const std::vector<std::string>& args, size_t pod = 0) {
     std::vector<std::string> argv = {lab::BinaryPath("egr-dns-attack")};
     argv.insert(argv.end(), args.begin(), args.end());
-    RunResult r = InSandbox(s, argv, kNetRaw, pod);
+    RunResult r = InSandbox(s, argv, kNetRaw, pod, Scaled(30s));
     last_ = r.Describe();
     return Lines(r);
   }
@@ -267,6 +267,9 @@ class DnsAttack : public ::testing::Test {
     ASSERT_TRUE(lab().Drain().ok());
     EXPECT_EQ(world8_->Queries(), world8_before_) << world8_->Log();
     EXPECT_EQ(lab().PacketsTo(kWorld8), 0u) << lab().CountersSummary();
+  }
+  static std::chrono::milliseconds Scaled(std::chrono::milliseconds d) {
+    return std::chrono::milliseconds(static_cast<int64_t>(d.count() * TimeScale()));
   }
   std::string Table() { return absl::StrCat("egratk", getpid() % 10000, "x", counter_++); }
 
@@ -424,13 +427,16 @@ TEST_F(DnsAttack, NoSoMarkValueFromAnySandboxGainsAnything) {
   // Every SYN to the proxy's TCP endpoint, whatever its mark.
   NodeCounter syns(Table(), "input",
                    absl::StrCat("ip daddr ", kPodGatewayV4, " tcp dport ", s.port, " tcp flags & (syn|ack) == syn"));
+  // The proxy never echoes the probe's bytes: each query line waits out its
+  // timeout, which only has to cover a connect to the node.
+  const auto wait = Scaled(20ms);
   for (const std::string caps : {"-all,+net_raw", "-all,+net_admin"}) {
     std::vector<std::string> batch = {lab::BinaryPath("egressd-probe"), "batch"};
     for (int mark = 0; mark <= 0xff; ++mark) {
-      batch.push_back(absl::StrCat("so-mark ", mark, " ", kRealAnswer, " 80 --timeout-ms 20"));
-      batch.push_back(absl::StrCat("so-mark ", mark, " ", kWorld8, " 53 --timeout-ms 20"));
+      batch.push_back(absl::StrCat("so-mark ", mark, " ", kRealAnswer, " 80 --timeout-ms ", wait.count()));
+      batch.push_back(absl::StrCat("so-mark ", mark, " ", kWorld8, " 53 --timeout-ms ", wait.count()));
     }
-    RunResult r = InSandbox(s, batch, caps, 0, 60s);
+    RunResult r = InSandbox(s, batch, caps, 0, Scaled(60s));
     auto lines = Lines(r);
     ASSERT_EQ(lines.size(), 512u) << caps << ": " << r.Describe();
     size_t marked = 0, refused = 0, redirected = 0;
@@ -476,12 +482,16 @@ TEST_F(DnsAttack, AnswersForgedAtTheProxysUpstreamSocketAreNeverLearned) {
 
   Sandbox victim = Register({"--egress", Name("slow")});
   Sandbox attacker = Register({"--floor", "connected"});
-  Serve({"--upstream-dns", kSlowUpstream, "--upstream-timeout-ms", "20000", "--upstream-tries", "1"});
+  // The proxy waits for the held answer far longer than the spray takes.
+  const auto window = Scaled(20s);
+  Serve({"--upstream-dns", kSlowUpstream, "--upstream-timeout-ms", std::to_string(window.count()), "--upstream-tries",
+         "1"});
 
-  RunSpec ask{.argv = {"dig", "+short", "+time=25", "+tries=1", "@8.8.8.8", Name("slow")}};
+  RunSpec ask{.argv = {"dig", "+short", absl::StrCat("+time=", window.count() / 1000 + 5), "+tries=1", "@8.8.8.8",
+                       Name("slow")}};
   ask.netns = lab().pod(0).netns;
   ask.cgroup = victim.cgroup;
-  ask.timeout = 40s;
+  ask.timeout = window + 20s;
   auto dig = lab::Start(ask);
   ASSERT_TRUE(dig.ok()) << dig.status();
   // The proxy's question, held: where it came from is the socket to attack.
@@ -511,7 +521,7 @@ TEST_F(DnsAttack, AnswersForgedAtTheProxysUpstreamSocketAreNeverLearned) {
   const uint64_t noports_after = NodeUdpCounter("NoPorts");
 
   ASSERT_EQ(kill(hold->pid(), SIGUSR1), 0);
-  RunResult answer = dig->Wait(40s);
+  RunResult answer = dig->Wait(window + 20s);
   EXPECT_EQ(FirstLine(answer.out), kRealAnswer) << "the victim's answer: " << answer.Describe();
   EXPECT_EQ(answer.out.find(kForged), std::string::npos) << answer.Describe();
   EXPECT_FALSE(Learned(victim, kForged)) << "a forged answer was learned";
