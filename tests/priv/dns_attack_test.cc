@@ -468,8 +468,17 @@ TEST_F(DnsAttack, NoSoMarkValueFromAnySandboxGainsAnything) {
 // for every ID 0-65535 with the upstream's address and port as source and the
 // attacker's address as the answer.  The spray reaches the node (an nftables
 // counter at its input); the victim's answer is still the real one, and the
-// forged address is never learned.  What stops it is described in
-// docs/dns.md ("Forged answers").
+// forged address is never learned.  What stops it: not the backstop (it
+// judges the destination, the node's uplink address, which a default-allow
+// sandbox may reach), not the pod's routing (IP_HDRINCL picks any source),
+// not the node (it delivers to its own addresses from any interface; the
+// lab's rp_filter is off, and a loose one passes too), and not c-ares'
+// matching alone (a 16-bit ID and the question, both sprayed or known):
+// before the fix the forged address was answered and learned.  The proxy's
+// upstream sockets are bound to the interface their upstream is routed over
+// (userspace/dns/upstream_socket.h), so the kernel matches no socket for a
+// packet that came in on a pod's veth (UDP NoPorts).  docs/dns.md, "Forged
+// answers".
 TEST_F(DnsAttack, AnswersForgedAtTheProxysUpstreamSocketAreNeverLearned) {
   RunSpec hs{.argv = {lab::BinaryPath("egr-dns-attack"), "hold-server", kSlowUpstream, "53", Name("slow"),
                       kRealAnswer}};
