@@ -1,6 +1,7 @@
 #include "userspace/dns/upstream.h"
 
 #include <ares.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <map>
@@ -68,6 +69,12 @@ struct Watch {
 struct Pending {
   Upstream::Callback done;
 };
+
+// c-ares calls this for every socket it opens, before connect().
+int MarkSocket(ares_socket_t fd, int /*type*/, void* mark) {
+  const uint32_t m = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(mark));
+  return setsockopt(fd, SOL_SOCKET, SO_MARK, &m, sizeof(m)) == 0 ? 0 : -1;
+}
 
 void OnAnswer(void* arg, int status, int /*timeouts*/, unsigned char* abuf, int alen) {
   std::unique_ptr<Pending> p(static_cast<Pending*>(arg));
@@ -197,6 +204,10 @@ absl::StatusOr<std::unique_ptr<Upstream>> Upstream::Create(asio::io_context& io,
     if (rc != ARES_SUCCESS) {
       c->Destroy();
       return absl::InvalidArgumentError(absl::StrCat("upstream DNS servers \"", servers, "\": ", ares_strerror(rc)));
+    }
+    if (opts.socket_mark != 0) {
+      ares_set_socket_configure_callback(c->ch, &MarkSocket,
+                                         reinterpret_cast<void*>(static_cast<uintptr_t>(opts.socket_mark)));
     }
     (tcp ? up->tcp_ : up->udp_) = std::move(c);
   }

@@ -35,6 +35,10 @@ struct UpstreamOptions {
   std::vector<UpstreamServer> servers;
   int timeout_ms = 2000;  // per try; c-ares doubles it per round
   int tries = 2;          // rounds over the server list
+  // SO_MARK on every upstream socket (0: none).  For a forwarder whose own
+  // queries a packet filter exempts by mark (bench/'s nftables incumbent);
+  // egressd's proxy needs none: its cgroup is no sandbox.
+  uint32_t socket_mark = 0;
 };
 
 class Upstream {
