@@ -9,11 +9,13 @@
 // times say how busy it was, ratios within a round say what the enforcer
 // costs.  Never a pass/fail on time: exit 0 when everything ran, 1 otherwise.
 //
-//   enforcer_bench [--quick] --out results.json   (bench/run.sh renders the table and plots)
+//   enforcer_bench [--quick] [--only dns] --out results.json   (bench/run.sh renders the table and plots)
 //
 // Files: bench_stats (medians, intervals, the interleaving), loops (connect,
 // UDP send, iperf3), kernel_figures (bpf_stats, map and kernel memory),
-// sandbox_axis (1/100/1,000 sandboxes).
+// sandbox_axis (1/100/1,000 sandboxes), dns_rows (egressd's proxy against the
+// incumbent's per-pod forwarder, nft_forwarder.cc), resolved_axis (10 to 100k
+// resolved addresses).
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,9 +26,11 @@
 #include <vector>
 
 #include "bench_stats.h"
+#include "dns_rows.h"
 #include "egressd_env.h"
 #include "kernel_figures.h"
 #include "loops.h"
+#include "resolved_axis.h"
 #include "sandbox_axis.h"
 #include "scale_inputs.h"
 
@@ -35,6 +39,7 @@ namespace {
 
 struct Options {
   bool quick = false;
+  bool only_dns = false;  // --only dns: the DNS rows and the resolved-address axis alone
   std::string out;
 };
 
@@ -218,6 +223,7 @@ int Main(const Options& opt) {
   results["nproc"] = sysconf(_SC_NPROCESSORS_ONLN);
   results["kernel"] = Slurp("/proc/sys/kernel/osrelease");
   results["mode"] = opt.quick ? "quick" : "full";
+  if (opt.only_dns) results["only"] = "dns";
   results["date"] = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();
 
@@ -243,7 +249,9 @@ int Main(const Options& opt) {
   std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << "1";
 
   std::vector<CellPlan> plan;
-  if (opt.quick) {
+  if (opt.only_dns) {
+    // the DNS rows alone (below)
+  } else if (opt.quick) {
     plan = {{10, 1, 3, 300, 2000, false, false}, {1000, 1, 3, 300, 2000, true, false}};
   } else {
     plan = {{10, 3, 9, 3000, 20000, false, false},
@@ -255,6 +263,30 @@ int Main(const Options& opt) {
   for (const CellPlan& p : plan) {
     results[p.stress ? "stress" : "scales"][std::to_string(p.entries)] = bench.Cell(p);
     std::fprintf(stderr, "enforcer_bench: %d entries done\n", p.entries);
+  }
+
+  // ---- (6) DNS: latency and rate, allowed and denied; the resolved-address axis ----
+  {
+    auto dns = DnsLab::Start(e, netns, dir);
+    if (!dns.ok()) {
+      std::fprintf(stderr, "enforcer_bench: DNS rows not run: %s\n", dns.status().ToString().c_str());
+      results["dns"] = {{"error", dns.status().ToString()}};
+      bench.all_ran = false;
+    } else {
+      results["dns"] = DnsRows(**dns, opt.quick, bench.all_ran);
+      std::fprintf(stderr, "enforcer_bench: DNS rows done\n");
+      results["resolved_axis"] = ResolvedAxis(e, **dns, opt.quick ? std::vector<int>{10, 1000}
+                                                                  : std::vector<int>{10, 1000, 100000},
+                                              opt.quick, bench.all_ran);
+    }
+  }
+  if (opt.only_dns) {
+    std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << stats_before;
+    results["loadavg_end"] = Slurp("/proc/loadavg");
+    results["all_ran"] = bench.all_ran;
+    std::ofstream(opt.out) << results.dump(2) << "\n";
+    std::filesystem::remove_all(dir);
+    return bench.all_ran ? 0 : 1;
   }
 
   // ---- (5) the sandbox axis: apply time per sandbox and memory at N sandboxes ----
@@ -299,15 +331,18 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--quick") {
       opt.quick = true;
+    } else if (a == "--only" && i + 1 < argc && std::string(argv[i + 1]) == "dns") {
+      opt.only_dns = true;
+      ++i;
     } else if (a == "--out" && i + 1 < argc) {
       opt.out = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: enforcer_bench [--quick] --out FILE.json (got \"%s\")\n", a.c_str());
+      std::fprintf(stderr, "usage: enforcer_bench [--quick] [--only dns] --out FILE.json (got \"%s\")\n", a.c_str());
       return 2;
     }
   }
   if (opt.out.empty()) {
-    std::fprintf(stderr, "usage: enforcer_bench [--quick] --out FILE.json\n");
+    std::fprintf(stderr, "usage: enforcer_bench [--quick] [--only dns] --out FILE.json\n");
     return 2;
   }
   return egressd::bench::Main(opt);
