@@ -6,8 +6,12 @@ Ratios are to the no-filter run of the same round; "no difference" where the
 95% interval of the ratio contains 1.
 """
 import json
+import os
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_dns  # noqa: E402  (the DNS rows and the resolved-address axis)
 
 
 def ratio_cell(s):
@@ -134,13 +138,18 @@ def sandbox_axis(out, r, dat_dir):
 def main():
     res_path, table_path, dat_dir = sys.argv[1:4]
     r = json.load(open(res_path))
-    scales = sorted(r["scales"], key=int)
+    scales = sorted(r.get("scales", {}), key=int)
     out = []
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(r["date"]))
     out.append(f"Run {when}, mode {r['mode']}, kernel {r['kernel'].strip()}, {r['nproc']} CPUs; "
                f"load average at start {r['loadavg_start'].split()[0:3]}, at end {r['loadavg_end'].split()[0:3]} "
                "(the machine is shared: read the ratios, not the absolute figures).")
     out.append("")
+    if r.get("only") == "dns":
+        report_dns.dns_rows(out, r)
+        report_dns.resolved_axis(out, r, dat_dir)
+        open(table_path, "w").write("\n".join(out) + "\n")
+        return
     interleaved_table(out, r, "Connect+accept+close to an allowed address (ratio to no filter, median [95% CI]; "
                       "rate: higher is better, CPU: lower is better):",
                       "connect_per_s", "cpu_us_per_conn", "rate", "CPU/conn", goal=True)
@@ -164,7 +173,7 @@ def main():
         add = c.get("add_resolved_s", {}).get("nftables")
         out.append(f"| {label} | {secs(a['nftables'])} | {secs(a['egressd'])} | {ratio:.2f}x{goal} | "
                    f"{secs(add) if add else 'not run: ' + c.get('nftables_error', '?')} | "
-                   "blocked: no DNS proxy yet (issue 11) |")
+                   "see the resolved-address axis |")
     for label, c in cells_with(r, "error"):
         out.append(f"| {label} | not run: {c['error']} | | | | |")
     out.append("")
@@ -184,15 +193,15 @@ def main():
         out.append(f"| {n} | " + " | ".join(cells) + " |")
     out.append("")
     sandbox_axis(out, r, dat_dir)
+    report_dns.dns_rows(out, r)
+    report_dns.resolved_axis(out, r, dat_dir)
     st = r["startup_s"]
     run_med = st["egressctl_run"]["median"]
     out.append(f"Start-up, median of {len(st['egressctl_run']['samples'])}: `egressctl run -- true` "
                f"{secs(st['egressctl_run'])}, `unshare --fork --pid --mount true` {secs(st['unshare'])} "
                f"(goal <= 10 ms: {'met' if run_med <= 0.010 else 'MISSED'}; CPU profile in the notes).")
     out.append("")
-    out.append("Not measured yet: the resolved-address axis, egressd's one resolved address and DNS answer to "
-               "connection allowed, per-pod forwarder RSS, and every DNS row (6; blocked until the DNS proxy "
-               "exists, issue 11); audit events/s (no audit export yet).")
+    out.append("Not measured yet: audit events/s (no audit export yet).")
     open(table_path, "w").write("\n".join(out) + "\n")
 
     # gnuplot data: entries, then median lo hi per enforcer.

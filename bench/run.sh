@@ -6,19 +6,40 @@
 #   bench/run.sh           the full run (about half an hour on 2 CPUs)
 #   bench/run.sh --quick   the smoke CI runs (ctest -L bench-smoke): about a
 #                          minute, results in $BENCH_OUT (default a temp dir)
+#   bench/run.sh [--quick] --only dns
+#                          the DNS rows and the resolved-address axis alone:
+#                          <date>-dns.json, .md and -dns-resolved.png
 # Run as root (the lab builds namespaces; egressd loads BPF).  Never a
 # pass/fail on a time: exit 0 when every measurement ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 quick=()
-if [[ ${1:-} == --quick ]]; then quick=(--quick); fi
+only=()
+while (($#)); do
+  case $1 in
+    --quick) quick=(--quick) ;;
+    --only)
+      if [[ ${2:-} != dns ]]; then
+        echo "bench/run.sh: --only takes \"dns\" (got \"${2:-}\")" >&2
+        exit 2
+      fi
+      only=(--only dns)
+      shift
+      ;;
+    *)
+      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns])" >&2
+      exit 2
+      ;;
+  esac
+  shift
+done
 if [[ $(id -u) -ne 0 ]]; then
   echo "bench/run.sh: run as root" >&2
   exit 2
 fi
 if [[ ! -x $build/bench/enforcer_bench ]]; then
-  cmake --build "$build" --target enforcer_bench egressctl egressd-probe >/dev/null
+  cmake --build "$build" --target enforcer_bench egressctl egressd-probe egr-nft-forwarder >/dev/null
 fi
 if ((${#quick[@]})); then
   out=${BENCH_OUT:-$(mktemp -d /tmp/egr-bench-smoke-XXXXXX)}
@@ -27,13 +48,15 @@ else
 fi
 mkdir -p "$out"
 stamp=$(date -u +%Y-%m-%d)
+if ((${#only[@]})); then stamp=$stamp-dns; fi
 json=$out/$stamp.json
-"$build/bench/enforcer_bench" "${quick[@]}" --out "$json"
+"$build/bench/enforcer_bench" "${quick[@]}" "${only[@]}" --out "$json"
 dat=$(mktemp -d /tmp/egr-bench-dat-XXXXXX)
 trap 'rm -rf "$dat"' EXIT
 python3 bench/report.py "$json" "$out/$stamp.md" "$dat"
 if command -v gnuplot >/dev/null; then
-  gnuplot -e "dat='$dat'; out='$out/$stamp'" bench/plots.gp
+  if [[ -s $dat/connect_cpu.dat ]]; then gnuplot -e "dat='$dat'; out='$out/$stamp'" bench/plots.gp; fi
+  if [[ -s $dat/resolved.dat ]]; then gnuplot -e "dat='$dat'; out='$out/$stamp'" bench/plots_dns.gp; fi
 else
   echo "bench/run.sh: gnuplot not installed (scripts/install-deps.sh): no plots" >&2
 fi
