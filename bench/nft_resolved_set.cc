@@ -54,4 +54,23 @@ absl::Status NftLearnedSink::Learn(uint64_t /*sandbox: the pod's netns is the sa
   return absl::OkStatus();
 }
 
+std::string WithDnsRedirect(const std::string& ruleset, const std::string& mark, uint16_t port,
+                            const std::string& table) {
+  const std::string m = absl::StrCat("0x", mark);
+  return absl::StrCat(ruleset, "insert rule inet ", table, " output meta mark ", m, " accept\n",
+                      "table inet ", kNftRedirectTable, " {}\ndelete table inet ", kNftRedirectTable, "\n",
+                      "table inet ", kNftRedirectTable, " {\n",
+                      // The forwarder's own packets are never tracked: a new
+                      // upstream socket (c-ares closes an idle one) may get the
+                      // source port of a client flow whose conntrack entry is
+                      // still redirected, and would then query itself.
+                      "  chain raw_output {\n    type filter hook output priority raw; policy accept;\n",
+                      "    meta mark ", m, " notrack\n  }\n",
+                      "  chain output {\n",
+                      "    type nat hook output priority -100; policy accept;\n",
+                      "    meta mark ", m, " return\n",
+                      "    udp dport 53 redirect to :", port, "\n",
+                      "    tcp dport 53 redirect to :", port, "\n  }\n}\n");
+}
+
 }  // namespace egressd::bench

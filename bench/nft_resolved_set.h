@@ -63,4 +63,15 @@ class NftLearnedSink : public dns::LearnedAddressSink {
   NftResolvedSet& set_;
 };
 
+// The incumbent's DNS plumbing added to a pod's `compile -o nft` ruleset, in
+// the same transaction: a first rule accepting packets with the forwarder's
+// mark (its own upstream queries, also exempt from conntrack), and a
+// `nat output` chain (table
+// egr_dns_redirect) sending every other port-53 packet of the pod to the
+// forwarder's port on loopback; nat runs before the filter, which then sees
+// a loopback destination.  `mark`: hex without 0x.
+inline constexpr const char* kNftRedirectTable = "egr_dns_redirect";
+std::string WithDnsRedirect(const std::string& ruleset, const std::string& mark, uint16_t port,
+                            const std::string& table = "egressd_sandbox");
+
 }  // namespace egressd::bench
