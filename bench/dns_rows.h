@@ -52,6 +52,8 @@ class DnsLab {
   // resolver; and egressctl dns serve, or the forwarder.
   std::vector<pid_t> PathPids(int idx) const;
   pid_t forwarder_pid() const { return forwarder_.pid(); }
+  // Stops the forwarder (SIGTERM) and returns the counters it prints then.
+  json StopForwarder();
   pid_t serve_pid() const { return serve_.pid(); }
   const std::string& dir() const { return dir_; }
 

@@ -278,6 +278,7 @@ int Main(const Options& opt) {
       results["resolved_axis"] = ResolvedAxis(e, **dns, opt.quick ? std::vector<int>{10, 1000}
                                                                   : std::vector<int>{10, 1000, 100000},
                                               opt.quick, bench.all_ran);
+      results["dns"]["forwarder_counters"] = (*dns)->StopForwarder();
     }
   }
   if (opt.only_dns) {
