@@ -60,12 +60,19 @@ std::string WithDnsRedirect(const std::string& ruleset, const std::string& mark,
   return absl::StrCat(ruleset, "insert rule inet ", table, " output meta mark ", m, " accept\n",
                       "table inet ", kNftRedirectTable, " {}\ndelete table inet ", kNftRedirectTable, "\n",
                       "table inet ", kNftRedirectTable, " {\n",
-                      // The forwarder's own packets are never tracked: a new
-                      // upstream socket (c-ares closes an idle one) may get the
-                      // source port of a client flow whose conntrack entry is
-                      // still redirected, and would then query itself.
+                      // The forwarder's own flows are never tracked, either
+                      // way: c-ares opens a new upstream socket after an idle
+                      // moment, and its source port may be that of a client
+                      // flow whose conntrack entry is still redirected (the
+                      // forwarder then asked itself) or whose entry clashes
+                      // with the answers' (the kernel dropped them).  Only the
+                      // forwarder's upstream answers come from port 53 on a
+                      // pod interface: every client query is redirected.
                       "  chain raw_output {\n    type filter hook output priority raw; policy accept;\n",
                       "    meta mark ", m, " notrack\n  }\n",
+                      "  chain raw_prerouting {\n    type filter hook prerouting priority raw; policy accept;\n",
+                      "    iifname != \"lo\" udp sport 53 notrack\n",
+                      "    iifname != \"lo\" tcp sport 53 notrack\n  }\n",
                       "  chain output {\n",
                       "    type nat hook output priority -100; policy accept;\n",
                       "    meta mark ", m, " return\n",
