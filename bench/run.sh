@@ -4,8 +4,8 @@
 # bench/results/<date>.json, <date>.md (the table) and <date>-*.png (plots:
 # cost and apply vs entries, cost vs sandboxes).
 #   bench/run.sh           the full run (about half an hour on 2 CPUs)
-#   bench/run.sh --quick   the smoke CI runs (ctest -L bench-smoke): about a
-#                          minute, results in $BENCH_OUT (default a temp dir)
+#   bench/run.sh --quick   the smoke CI runs (ctest -L bench-smoke): about two
+#                          minutes, results in $BENCH_OUT (default a temp dir)
 #   bench/run.sh [--quick] --only dns
 #                          the DNS rows and the resolved-address axis alone:
 #                          <date>-dns.json, .md and -dns-resolved.png
