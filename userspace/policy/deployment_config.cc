@@ -1,9 +1,13 @@
 #include "userspace/policy/deployment_config.h"
 
+#include <algorithm>
+#include <array>
 #include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "userspace/net/ip.h"
 #include "userspace/policy/targets.h"
@@ -28,7 +32,69 @@ struct Raw {
   std::vector<std::pair<std::string, std::vector<yaml::Located>>> platform;
   std::vector<yaml::Located> extra_allow;
   std::vector<std::pair<std::string, yaml::Located>> env;  // (name, value)
+  // dns: (issue 11)
+  std::optional<std::vector<yaml::Located>> dns_upstreams;
+  std::optional<yaml::Located> dns_endpoint4, dns_endpoint6;
 };
+
+// ---- dns ----
+void ReadDns(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
+  if (node.IsNull()) return;
+  auto entries = w.Mapping(node, "dns", {"upstreams", "endpoint4", "endpoint6"}, "");
+  if (!entries) {
+    w.Error("dns", "must be a mapping (upstreams, endpoint4, endpoint6)");
+    return;
+  }
+  for (const auto& [key, value_ptr] : *entries) {
+    const yaml::Node& value = *value_ptr;
+    const std::string path = yaml::Walker::Child("dns", key);
+    if (value.IsNull()) continue;
+    if (key == "upstreams") {
+      const size_t errors_before = w.error_count();
+      auto v = w.Strings(value, path, /*scalar_ok=*/true);
+      // An item that is no string was reported already; only a list written
+      // empty is "empty".
+      if (v && (!v->empty() || w.error_count() == errors_before)) raw.dns_upstreams = *std::move(v);
+    } else if (auto v = w.String(value, path)) {
+      (key == "endpoint4" ? raw.dns_endpoint4 : raw.dns_endpoint6) = yaml::Located{path, *v};
+    }
+  }
+}
+
+DnsSettings ResolveDns(const Raw& raw, std::vector<std::string>& errors) {
+  DnsSettings out;
+  auto head = [](const yaml::Located& v) {
+    return std::string(kOrigin) + " " + v.path + " " + net::Quote(v.value) + ": ";
+  };
+  if (raw.dns_upstreams) {
+    if (raw.dns_upstreams->empty()) {
+      AddLine(&errors, std::string(kOrigin) + " dns.upstreams: an empty list names no resolver (leave the key out)");
+    }
+    for (const yaml::Located& v : *raw.dns_upstreams) {
+      auto u = ParseDnsUpstream(v.value);
+      if (!u.ok()) {
+        AddLine(&errors, head(v) + std::string(u.status().message()));
+      } else if (std::find(out.upstreams.begin(), out.upstreams.end(), *u) != out.upstreams.end()) {
+        AddLine(&errors, head(v) + "named twice (each upstream is asked once per round)");
+      } else {
+        out.upstreams.push_back(*u);
+      }
+    }
+  }
+  auto endpoint = [&](const std::optional<yaml::Located>& v, bool v4, std::optional<net::IpAddr>& into) {
+    if (!v) return;
+    auto a = net::IpAddr::Parse(v->value);
+    if (!a.ok() || a->is_v4() != v4 || a->bytes() == std::array<uint8_t, 16>{}) {
+      AddLine(&errors, head(*v) + (v4 ? "is not an IPv4 unicast address" : "is not an IPv6 unicast address"));
+      return;
+    }
+    into = *a;
+  };
+  endpoint(raw.dns_endpoint4, true, out.endpoint4);
+  endpoint(raw.dns_endpoint6, false, out.endpoint6);
+  return out;
+}
+// ---- end dns ----
 
 void ReadPlatform(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
   if (node.IsNull()) return;
@@ -75,7 +141,7 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
   auto top = w.Mapping(doc, "",
                        {"airgapped", "hostedEdge", "protected", "onDeny",
                         "platform", "sealedInstalls", "egressExtraAllow",
-                        "sandboxExtraEnv"},
+                        "sandboxExtraEnv", "dns"},
                        "");
   if (!top) {
     w.Error(file, "must be a mapping of settings");
@@ -103,6 +169,8 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
       ReadPlatform(w, value, raw);
     } else if (key == "sandboxExtraEnv") {
       ReadEnv(w, value, raw);
+    } else if (key == "dns") {
+      ReadDns(w, value, raw);
     }
   }
   return raw;
@@ -160,6 +228,38 @@ void AddSettingValue(const ReachContext& ctx, SingleLabel single_label,
 
 }  // namespace
 
+absl::StatusOr<DnsUpstreamSetting> ParseDnsUpstream(std::string_view text) {
+  auto bad = [](std::string_view why) { return absl::InvalidArgumentError(std::string(why)); };
+  std::string_view host = text, port_text;
+  bool has_port = false;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos) return bad("no closing ] ([IPv6]:PORT)");
+    host = text.substr(1, close - 1);
+    std::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return bad("expected :PORT after ]");
+      port_text = rest.substr(1);
+      has_port = true;
+    }
+  } else if (std::count(text.begin(), text.end(), ':') == 1) {
+    const size_t colon = text.find(':');
+    host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+    has_port = true;
+  }
+  auto ip = net::IpAddr::Parse(host);
+  if (!ip.ok()) return bad("not an IP address (IP[:PORT], [IPv6]:PORT)");
+  if (ip->bytes() == std::array<uint8_t, 16>{}) return bad("the unspecified address names no resolver");
+  DnsUpstreamSetting s{*ip, 53};
+  if (has_port) {
+    uint32_t p = 0;
+    if (!absl::SimpleAtoi(absl::string_view(port_text.data(), port_text.size()), &p) || p == 0 || p > 65535) return bad("port is not 1-65535");
+    s.port = static_cast<uint16_t>(p);
+  }
+  return s;
+}
+
 DeploymentConfig DeploymentForFloor(Floor floor, DenyAction action) {
   DeploymentConfig d;
   d.airgapped = floor == Floor::kAirgapped;
@@ -188,6 +288,7 @@ absl::StatusOr<DeploymentConfig> ParseDeploymentConfig(
     }
   }
   d.protected_cidrs = ResolveFloor(*raw, errors);
+  d.dns = ResolveDns(*raw, errors);
 
   ReachContext ctx;
   ctx.protected_cidrs = &d.protected_cidrs;

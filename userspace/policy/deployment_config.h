@@ -16,20 +16,49 @@
 //   sealedInstalls: false     # true: sandboxes do not reach packageIndices
 //   egressExtraAllow: [target...]
 //   sandboxExtraEnv: {UV_INDEX_URL: https://mirror.example.com/simple}
+//   dns:                      # the DNS proxy (docs/dns.md)
+//     upstreams: [198.51.100.8, "192.0.2.53:5353", "[2001:db8::53]:53"]
+//     endpoint4: 10.244.0.1   # where sandboxes' queries are steered (a pod's gateway)
+//     endpoint6: fd00:244::1
 #ifndef EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
 #define EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "userspace/net/ip.h"
 #include "userspace/policy/compiled_policy.h"
 #include "userspace/policy/floor.h"
 #include "userspace/policy/public_suffix.h"
 #include "userspace/policy/reach.h"
 
 namespace egressd::policy {
+
+// ---- dns: the DNS proxy's node settings (issue 11) ----
+// An upstream resolver, IP[:PORT] ("[IPv6]:PORT" with a port); port 53 when
+// none is written.
+struct DnsUpstreamSetting {
+  net::IpAddr addr;
+  uint16_t port = 53;
+  bool operator==(const DnsUpstreamSetting&) const = default;
+};
+struct DnsSettings {
+  // Asked in order by `egressctl dns serve` and `egressctl run` when no
+  // --upstream-dns is given (run then falls back to /etc/resolv.conf).
+  std::vector<DnsUpstreamSetting> upstreams;
+  // The node addresses `sandbox add` steers a sandbox's queries to when
+  // neither --dns-endpoint4 nor --dns-endpoint6 is given.
+  std::optional<net::IpAddr> endpoint4;
+  std::optional<net::IpAddr> endpoint6;
+};
+// One upstream as the config writes it; InvalidArgument saying why (the
+// caller names the setting and the value).
+absl::StatusOr<DnsUpstreamSetting> ParseDnsUpstream(std::string_view text);
+// ---- end dns ----
 
 struct DeploymentConfig {
   bool airgapped = false;
@@ -46,6 +75,8 @@ struct DeploymentConfig {
   // Accepted but worth saying: ignored single-label hosts, wildcards over
   // public suffixes.
   std::vector<std::string> warnings;
+  // dns: (upstreams, endpoints); empty when the config has none.
+  DnsSettings dns;
 };
 
 // `egressctl run --floor F --on-deny A` as a one-machine deployment: the

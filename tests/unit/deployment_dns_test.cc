@@ -1,0 +1,169 @@
+// The deployment config's dns: block (upstreams, endpoint4, endpoint6): one
+// vector per rule of the parser, accepted values with what they mean and
+// refused ones with the exact message (each naming its setting and value).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "userspace/dns/upstream.h"
+#include "userspace/policy/deployment_config.h"
+
+namespace egressd::policy {
+namespace {
+
+std::vector<std::string> Lines(const absl::Status& s) { return absl::StrSplit(std::string(s.message()), '\n'); }
+
+net::IpAddr Ip(const char* s) { return *net::IpAddr::Parse(s); }
+
+struct Good {
+  const char* name;
+  const char* yaml;
+  std::vector<DnsUpstreamSetting> upstreams;
+  std::optional<net::IpAddr> endpoint4, endpoint6;
+};
+
+const Good kGood[] = {
+    {"NoDnsKeyIsNoSettings", "airgapped: false", {}, std::nullopt, std::nullopt},
+    {"NullDnsIsNoSettings", "dns:", {}, std::nullopt, std::nullopt},
+    {"NullValuesAreAbsent", "dns: {upstreams: , endpoint4: }", {}, std::nullopt, std::nullopt},
+    {"OneUpstreamAsAScalarIsPort53",
+     "dns: {upstreams: 198.51.100.8}",
+     {{Ip("198.51.100.8"), 53}},
+     std::nullopt,
+     std::nullopt},
+    {"UpstreamsInOrderV4V6WithAndWithoutPorts",
+     "dns:\n  upstreams: [198.51.100.8, \"192.0.2.53:5353\", 2001:db8::53, \"[2001:db8::54]:8053\", "
+     "\"[2001:db8::55]\"]",
+     {{Ip("198.51.100.8"), 53},
+      {Ip("192.0.2.53"), 5353},
+      {Ip("2001:db8::53"), 53},
+      {Ip("2001:db8::54"), 8053},
+      {Ip("2001:db8::55"), 53}},
+     std::nullopt,
+     std::nullopt},
+    {"EndpointsOfEachFamily",
+     "dns: {endpoint4: 10.244.0.1, endpoint6: \"fd00:244::1\"}",
+     {},
+     Ip("10.244.0.1"),
+     Ip("fd00:244::1")},
+    {"OnlyAnIpv4Endpoint", "dns: {endpoint4: 127.0.0.1}", {}, Ip("127.0.0.1"), std::nullopt},
+};
+
+class DnsSettingsGood : public testing::TestWithParam<Good> {};
+
+TEST_P(DnsSettingsGood, Parses) {
+  const Good& v = GetParam();
+  auto d = ParseDeploymentConfig(v.yaml, "egressd.yaml", nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->dns.upstreams, v.upstreams);
+  EXPECT_EQ(d->dns.endpoint4, v.endpoint4);
+  EXPECT_EQ(d->dns.endpoint6, v.endpoint6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, DnsSettingsGood, testing::ValuesIn(kGood),
+                         [](const testing::TestParamInfo<Good>& i) { return std::string(i.param.name); });
+
+struct Bad {
+  const char* name;
+  const char* yaml;
+  std::vector<std::string> errors;
+};
+
+const Bad kBad[] = {
+    {"DnsNotAMapping",
+     "dns: [198.51.100.8]",
+     {"deployment setting \"dns\": must be a mapping (upstreams, endpoint4, endpoint6)"}},
+    {"UnknownKeyUnderDns",
+     "dns: {upstream: 198.51.100.8}",
+     {"deployment setting \"dns.upstream\": unknown key; valid: \"upstreams\", \"endpoint4\", \"endpoint6\""}},
+    {"UpstreamNotAString",
+     "dns: {upstreams: [[198.51.100.8]]}",
+     {"deployment setting \"dns.upstreams[0]\": must be a string"}},
+    {"EmptyUpstreamList",
+     "dns: {upstreams: []}",
+     {"deployment setting dns.upstreams: an empty list names no resolver (leave the key out)"}},
+    {"UpstreamNotAnAddress",
+     "dns: {upstreams: [resolver.example]}",
+     {"deployment setting dns.upstreams[0] \"resolver.example\": not an IP address (IP[:PORT], [IPv6]:PORT)"}},
+    {"UpstreamPortZero",
+     "dns: {upstreams: [\"192.0.2.53:0\"]}",
+     {"deployment setting dns.upstreams[0] \"192.0.2.53:0\": port is not 1-65535"}},
+    {"UpstreamPortTooLarge",
+     "dns: {upstreams: [\"192.0.2.53:65536\"]}",
+     {"deployment setting dns.upstreams[0] \"192.0.2.53:65536\": port is not 1-65535"}},
+    {"UpstreamEmptyPort",
+     "dns: {upstreams: [\"192.0.2.53:\"]}",
+     {"deployment setting dns.upstreams[0] \"192.0.2.53:\": port is not 1-65535"}},
+    {"UpstreamNoClosingBracket",
+     "dns: {upstreams: [\"[2001:db8::53\"]}",
+     {"deployment setting dns.upstreams[0] \"[2001:db8::53\": no closing ] ([IPv6]:PORT)"}},
+    {"UpstreamJunkAfterBracket",
+     "dns: {upstreams: [\"[2001:db8::53]53\"]}",
+     {"deployment setting dns.upstreams[0] \"[2001:db8::53]53\": expected :PORT after ]"}},
+    {"UpstreamUnspecified",
+     "dns: {upstreams: [0.0.0.0, \"::\"]}",
+     {"deployment setting dns.upstreams[0] \"0.0.0.0\": the unspecified address names no resolver",
+      "deployment setting dns.upstreams[1] \"::\": the unspecified address names no resolver"}},
+    {"UpstreamNamedTwice",
+     "dns: {upstreams: [192.0.2.53, \"192.0.2.53:53\"]}",
+     {"deployment setting dns.upstreams[1] \"192.0.2.53:53\": named twice (each upstream is asked once per "
+      "round)"}},
+    {"Endpoint4OfTheWrongFamily",
+     "dns: {endpoint4: \"fd00:244::1\"}",
+     {"deployment setting dns.endpoint4 \"fd00:244::1\": is not an IPv4 unicast address"}},
+    {"Endpoint4Unspecified",
+     "dns: {endpoint4: 0.0.0.0}",
+     {"deployment setting dns.endpoint4 \"0.0.0.0\": is not an IPv4 unicast address"}},
+    {"Endpoint4NotAnAddress",
+     "dns: {endpoint4: 10.244.0.256}",
+     {"deployment setting dns.endpoint4 \"10.244.0.256\": is not an IPv4 unicast address"}},
+    {"Endpoint6OfTheWrongFamily",
+     "dns: {endpoint6: 10.244.0.1}",
+     {"deployment setting dns.endpoint6 \"10.244.0.1\": is not an IPv6 unicast address"}},
+    {"Endpoint6Unspecified",
+     "dns: {endpoint6: \"::\"}",
+     {"deployment setting dns.endpoint6 \"::\": is not an IPv6 unicast address"}},
+    {"EndpointNotAString",
+     "dns: {endpoint4: [10.244.0.1]}",
+     {"deployment setting \"dns.endpoint4\": must be a string"}},
+    {"EveryProblemAtOnce",
+     "dns: {upstreams: [x.example, \"192.0.2.1:0\"], endpoint4: \"::1\", endpoint6: 127.0.0.1}",
+     {"deployment setting dns.upstreams[0] \"x.example\": not an IP address (IP[:PORT], [IPv6]:PORT)",
+      "deployment setting dns.upstreams[1] \"192.0.2.1:0\": port is not 1-65535",
+      "deployment setting dns.endpoint4 \"::1\": is not an IPv4 unicast address",
+      "deployment setting dns.endpoint6 \"127.0.0.1\": is not an IPv6 unicast address"}},
+};
+
+class DnsSettingsBad : public testing::TestWithParam<Bad> {};
+
+TEST_P(DnsSettingsBad, IsRefusedNamingTheValue) {
+  const Bad& v = GetParam();
+  auto d = ParseDeploymentConfig(v.yaml, "egressd.yaml", nullptr);
+  ASSERT_FALSE(d.ok()) << v.yaml;
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Lines(d.status()), v.errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, DnsSettingsBad, testing::ValuesIn(kBad),
+                         [](const testing::TestParamInfo<Bad>& i) { return std::string(i.param.name); });
+
+// The config and --upstream-dns read one grammar: every value either accepts
+// means the same server to both, and what the config refuses the flag
+// refuses too (except what only the config judges: the unspecified address).
+TEST(DnsSettings, TheConfigAndTheFlagReadUpstreamsAlike) {
+  for (const char* text :
+       {"198.51.100.8", "192.0.2.53:5353", "2001:db8::53", "[2001:db8::54]:8053", "[2001:db8::55]", "::ffff:192.0.2.9",
+        "resolver.example", "192.0.2.53:0", "192.0.2.53:65536", "[2001:db8::53", "[2001:db8::53]53", "192.0.2.53:"}) {
+    auto config = ParseDnsUpstream(text);
+    auto flag = dns::ParseUpstreamServer(text);
+    ASSERT_EQ(config.ok(), flag.ok()) << text << ": " << config.status() << " / " << flag.status();
+    if (!config.ok()) continue;
+    EXPECT_EQ(config->addr, flag->addr) << text;
+    EXPECT_EQ(config->port, flag->port) << text;
+  }
+}
+
+}  // namespace
+}  // namespace egressd::policy
