@@ -20,6 +20,7 @@
 #include "maps/pinned_maps.h"
 #include "maps/resolved_table.h"
 #include "tools/egressctl/commands.h"
+#include "tools/egressctl/policy_flags.h"
 #include "tools/egressctl/run_dns.h"
 #include "userspace/common/errors.h"
 #include "userspace/control/sandbox_record.h"
@@ -156,7 +157,8 @@ class RecordWatcher {
 
 }  // namespace
 
-int CmdDnsServe(const Paths& paths, const std::vector<std::string>& upstreams, int timeout_ms, int tries) {
+int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector<std::string>& upstreams,
+                int timeout_ms, int tries) {
   dns::UpstreamOptions uo;
   for (const auto& u : upstreams) {
     auto s = dns::ParseUpstreamServer(u);
@@ -166,8 +168,18 @@ int CmdDnsServe(const Paths& paths, const std::vector<std::string>& upstreams, i
     }
     uo.servers.push_back(*s);
   }
+  // --upstream-dns wins over the config's dns.upstreams (read, and so
+  // checked, whenever --config is given).
+  auto config_dns = ConfigDns(config);
+  if (!config_dns.ok()) return Report(config_dns.status());
   if (uo.servers.empty()) {
-    std::fprintf(stderr, "egressctl: dns serve needs at least one --upstream-dns IP[:PORT]\n");
+    uo.servers = ToUpstreams(config_dns->upstreams);
+  } else if (!config_dns->upstreams.empty()) {
+    spdlog::info("dns: --upstream-dns given: the config's dns.upstreams are not asked");
+  }
+  if (uo.servers.empty()) {
+    std::fprintf(stderr,
+                 "egressctl: dns serve needs at least one --upstream-dns IP[:PORT] or dns.upstreams in --config\n");
     return kExitBadInput;
   }
   if (timeout_ms <= 0 || tries <= 0) {

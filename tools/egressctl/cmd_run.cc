@@ -172,14 +172,16 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   // is: its names are always enforced.
   auto policy = CompileFlags(flags, /*dns_served=*/true);
   if (!policy.ok()) return Report(policy.status());
+  auto config_dns = ConfigDns(flags.config);
+  if (!config_dns.ok()) return Report(config_dns.status());
   std::string resolv_conf;
-  if (run.upstream_dns.empty()) {
+  if (run.upstream_dns.empty() && config_dns->upstreams.empty()) {
     std::ifstream in("/etc/resolv.conf");
     std::stringstream ss;
     ss << in.rdbuf();
     resolv_conf = ss.str();
   }
-  auto upstreams = RunUpstreams(run.upstream_dns, resolv_conf, *policy);
+  auto upstreams = RunUpstreams(run.upstream_dns, ToUpstreams(config_dns->upstreams), resolv_conf, *policy);
   if (!upstreams.ok()) return Report(upstreams.status());
   SandboxFlags sandbox = sandbox_flags;
   // The endpoint is in the netns egressctl (and so the command) runs in: its

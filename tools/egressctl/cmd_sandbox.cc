@@ -10,6 +10,7 @@
 #include "maps/lpm_keys.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
+#include "tools/egressctl/run_dns.h"
 #include "tools/egressctl/sandbox_flags.h"
 #include "userspace/common/errors.h"
 #include "maps/egressd_abi.h"
@@ -89,14 +90,19 @@ bool AcceptsUncontained(const PolicyFlags& flags) {
 // is refused (a pod keeps CAP_NET_RAW, and its packet sockets would go
 // unjudged) unless the operator accepts that.
 int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFlags& flags,
-                  const SandboxFlags& sandbox) {
+                  const SandboxFlags& sandbox_flags) {
   if (flags.require_socket_containment && flags.accept_uncontained_packet_sockets) {
     return Report(absl::InvalidArgumentError(
         "--require-socket-containment and --accept-uncontained-packet-sockets: choose one"));
   }
+  // The config's dns.endpoint4/6 unless --dns-endpoint4/6 name the endpoint
+  // (a config that does not parse is reported with every other problem).
+  SandboxFlags sandbox = sandbox_flags;
+  const absl::Status config_endpoints = EndpointsFromConfig(flags.config, sandbox);
   // A sandbox given a DNS endpoint has its names served (egressctl dns serve).
   auto policy = CompileFlags(flags, !sandbox.dns_endpoint4.empty() || !sandbox.dns_endpoint6.empty());
   if (!policy.ok()) return Report(policy.status());
+  if (!config_endpoints.ok()) return Report(config_endpoints);
   if (auto labels = ParseLabels(sandbox); !labels.ok()) return Report(labels.status());
   control::SandboxSpec dns_check;
   if (auto s = ParseDnsEndpoints(sandbox, dns_check); !s.ok()) return Report(s);

@@ -95,6 +95,9 @@ int CmdPolicyCompile(const PolicyFlags& flags, const std::string& format);
 // dns serve: the DNS proxy for every registered sandbox until SIGINT/SIGTERM;
 // prints "ready: ..." once it serves, then "serving ID ENDPOINT" and
 // "stopped ID" as records come and go.
-int CmdDnsServe(const Paths& paths, const std::vector<std::string>& upstreams, int timeout_ms, int tries);
+// Upstreams: --upstream-dns, else dns.upstreams of the deployment config
+// `config` (empty: none).
+int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector<std::string>& upstreams,
+                int timeout_ms, int tries);
 
 }  // namespace egressd::cli

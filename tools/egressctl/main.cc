@@ -188,7 +188,8 @@ int main(int argc, char** argv) {
                   "Write this sandbox's audit lines (JSON) to FILE, or - for stdout, complete when run exits");
   run->add_option("--upstream-dns", run_as.upstream_dns,
                   "The resolver egressctl's own DNS proxy asks for the sandbox's allowed names, IP[:PORT] "
-                  "(repeatable; tried in order; default: the nameservers of /etc/resolv.conf)")
+                  "(repeatable; tried in order; default: dns.upstreams of --config, else the nameservers of "
+                  "/etc/resolv.conf)")
       ->type_size(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -217,6 +218,9 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   dns_serve->add_option("--upstream-timeout-ms", upstream_timeout_ms, "Per try")->capture_default_str();
   dns_serve->add_option("--upstream-tries", upstream_tries, "Rounds over the upstreams")->capture_default_str();
+  std::string dns_config;
+  dns_serve->add_option("--config", dns_config,
+                        "Deployment config (YAML): its dns.upstreams when no --upstream-dns is given");
 
   try {
     app.parse(argc, argv);
@@ -239,7 +243,7 @@ int main(int argc, char** argv) {
   if (*unload) return cli::CmdUnload(paths, force);
   if (*probe) return cli::CmdProbe(paths);
   if (*status) return cli::CmdStatus(paths, json);
-  if (*dns_serve) return cli::CmdDnsServe(paths, upstream_dns, upstream_timeout_ms, upstream_tries);
+  if (*dns_serve) return cli::CmdDnsServe(paths, dns_config, upstream_dns, upstream_timeout_ms, upstream_tries);
   if (*add) return cli::CmdSandboxAdd(paths, cgroup, add_flags, add_sandbox);
   if (*remove) return cli::CmdSandboxRemove(paths, cgroup);
   if (*contain) return cli::CmdSandboxContain(paths, cgroup);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "maps/resolved_table.h"
+#include "userspace/policy/yaml_walk.h"
 
 namespace egressd::cli {
 
@@ -40,7 +41,35 @@ std::vector<dns::UpstreamServer> ResolvConfNameservers(const std::string& text) 
   return out;
 }
 
+absl::StatusOr<policy::DnsSettings> ConfigDns(const std::string& path) {
+  if (path.empty()) return policy::DnsSettings{};
+  auto text = policy::yaml::ReadInputFile(path);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--config ", text.status().message()));
+  // The public suffix list only adds warnings, which the compiler prints.
+  auto d = policy::ParseDeploymentConfig(*text, path, nullptr);
+  if (!d.ok()) return d.status();
+  return d->dns;
+}
+
+std::vector<dns::UpstreamServer> ToUpstreams(const std::vector<policy::DnsUpstreamSetting>& settings) {
+  std::vector<dns::UpstreamServer> out;
+  for (const auto& u : settings) out.push_back(dns::UpstreamServer{u.addr, u.port});
+  return out;
+}
+
+absl::Status EndpointsFromConfig(const std::string& config_path, SandboxFlags& sandbox) {
+  if (config_path.empty() || !sandbox.dns_endpoint4.empty() || !sandbox.dns_endpoint6.empty()) {
+    return absl::OkStatus();
+  }
+  auto d = ConfigDns(config_path);
+  if (!d.ok()) return d.status();
+  if (d->endpoint4) sandbox.dns_endpoint4 = d->endpoint4->ToString();
+  if (d->endpoint6) sandbox.dns_endpoint6 = d->endpoint6->ToString();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<dns::UpstreamServer>> RunUpstreams(const std::vector<std::string>& flags,
+                                                              const std::vector<dns::UpstreamServer>& config,
                                                               const std::string& resolv_conf,
                                                               const policy::CompiledPolicy& policy) {
   std::vector<dns::UpstreamServer> out;
@@ -55,11 +84,12 @@ absl::StatusOr<std::vector<dns::UpstreamServer>> RunUpstreams(const std::vector<
   }
   if (!bad.empty()) return absl::InvalidArgumentError(absl::StrJoin(bad, "\n"));
   if (!out.empty()) return out;
+  if (!config.empty()) return config;
   out = ResolvConfNameservers(resolv_conf);
   if (out.empty() && (!policy.names.empty() || !policy.wildcard_suffixes.empty())) {
     return absl::InvalidArgumentError(
         "the policy names hosts but no DNS upstream is known: give --upstream-dns IP[:PORT] "
-        "(/etc/resolv.conf names no nameserver)");
+        "or dns.upstreams in --config (/etc/resolv.conf names no nameserver)");
   }
   return out;
 }

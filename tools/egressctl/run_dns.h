@@ -20,7 +20,9 @@
 #include "userspace/control/sandbox_record.h"
 #include "userspace/dns/proxy.h"
 #include "userspace/dns/upstream.h"
+#include "tools/egressctl/commands.h"
 #include "userspace/policy/compiled_policy.h"
+#include "userspace/policy/deployment_config.h"
 
 namespace egressd::cli {
 
@@ -32,13 +34,26 @@ dns::SandboxScope DnsScopeOf(const control::SandboxRecord& r);
 // reads no more); lines that do not parse (a scope id, a comment) are skipped.
 std::vector<dns::UpstreamServer> ResolvConfNameservers(const std::string& text);
 
+// The dns: settings of the deployment config at `path` (--config); none
+// when `path` is empty.  A file that cannot be read or does not parse is
+// InvalidArgument with the lines the compiler would print for it.
+absl::StatusOr<policy::DnsSettings> ConfigDns(const std::string& path);
+std::vector<dns::UpstreamServer> ToUpstreams(const std::vector<policy::DnsUpstreamSetting>& settings);
+
 // Whom egressctl run's proxy asks: --upstream-dns (bad values: InvalidArgument
-// naming them), else the nameservers of `resolv_conf` (the node's
-// /etc/resolv.conf).  Empty when neither names one; then a policy with names
-// is InvalidArgument (nothing could resolve them).
+// naming them), else the config's dns.upstreams, else the nameservers of
+// `resolv_conf` (the node's /etc/resolv.conf; only run falls back to it).
+// Empty when none names one; then a policy with names is InvalidArgument
+// (nothing could resolve them).
 absl::StatusOr<std::vector<dns::UpstreamServer>> RunUpstreams(const std::vector<std::string>& flags,
+                                                              const std::vector<dns::UpstreamServer>& config,
                                                               const std::string& resolv_conf,
                                                               const policy::CompiledPolicy& policy);
+
+// sandbox add: the config's dns.endpoint4/6 into `sandbox` when neither
+// --dns-endpoint4 nor --dns-endpoint6 is given (either flag replaces both
+// keys: a pod's endpoints are a pair, never half the config's).
+absl::Status EndpointsFromConfig(const std::string& config_path, SandboxFlags& sandbox);
 
 class RunDns {
  public:
