@@ -25,7 +25,8 @@
 
 #include "maps/egressd_abi.h"
 #include "maps/resolved_table.h"
-#include "tests/dns/dns_fixture.h"
+#include "lab_dns.h"
+#include "tests/dns/dns_wire.h"
 #include "userspace/dns/proxy.h"
 #include "userspace/policy/floor.h"
 
@@ -33,7 +34,7 @@ namespace egressd::dns {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::Dnsmasq;
+using lab::DnsServer;
 using testing::MakeQuery;
 using testing::Parse;
 using testing::QueryOpts;
@@ -85,12 +86,19 @@ SandboxScope ScopeOf(uint64_t id, std::vector<policy::NameRule> names, std::vect
 
 net::IpAddr Ip(const char* s) { return *net::IpAddr::Parse(s); }
 
+// A client in the test's own (private) netns.
+lab::RunSpec DigSpec(std::vector<std::string> argv) {
+  lab::RunSpec spec;
+  spec.argv = std::move(argv);
+  return spec;
+}
+
 class DnsProxyPriv : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (geteuid() != 0) return;
     // Before any thread: every thread and child after this lives in it.
-    auto s = testing::EnterPrivateNetns({"192.0.2.53/32", "198.51.100.1/32", "198.51.100.2/32", "198.51.100.3/32",
+    auto s = lab::EnterPrivateNetns({"192.0.2.53/32", "198.51.100.1/32", "198.51.100.2/32", "198.51.100.3/32",
                                          "2001:db8::1/128"});
     if (!s.ok()) {
       setup_error_ = new std::string(s.ToString());
@@ -102,7 +110,7 @@ class DnsProxyPriv : public ::testing::Test {
       for (int i = 0; i < 150; ++i) h << "203.0.113." << i << " many.example\n";
       for (int i = 1; i <= 3; ++i) h << "192.0.2." << (100 + i) << " three.example\n";
     }
-    auto d = Dnsmasq::Start(kUpstream, {
+    auto d = DnsServer::Start({.listen = {kUpstream}, .extra_args = {
                                            "--host-record=allowed.example,192.0.2.10",
                                            "--host-record=denied.example,192.0.2.66",
                                            "--host-record=b-only.example,192.0.2.20",
@@ -112,7 +120,7 @@ class DnsProxyPriv : public ::testing::Test {
                                            "--address=/wild.example/192.0.2.11",
                                            "--address=/cluster.local/192.0.2.99",
                                            "--addn-hosts=" + *hosts_,
-                                       });
+                                       }});
     if (!d.ok()) {
       setup_error_ = new std::string(d.status().ToString());
       return;
@@ -167,7 +175,7 @@ class DnsProxyPriv : public ::testing::Test {
       io_->stop();
       thread_->join();
     }
-    delete dnsmasq_;  // kills it, removes its directory
+    delete dnsmasq_;  // kills it
     if (hosts_) unlink(hosts_->c_str());
     if (map_fd_ >= 0) close(map_fd_);
   }
@@ -181,14 +189,14 @@ class DnsProxyPriv : public ::testing::Test {
   }
 
   static testing::Parsed Ask(const char* ep, uint16_t port, const std::string& name, QueryOpts o = {}) {
-    auto r = testing::UdpExchange(ep, port, MakeQuery(name, o));
+    auto r = lab::UdpExchange(ep, port, MakeQuery(name, o));
     if (!r) return {};
     return Parse(*r);
   }
 
   static inline std::string* setup_error_ = nullptr;
   static inline std::string* hosts_ = nullptr;
-  static inline Dnsmasq* dnsmasq_ = nullptr;
+  static inline DnsServer* dnsmasq_ = nullptr;
   static inline boost::asio::io_context* io_ = nullptr;
   static inline Upstream* upstream_ = nullptr;
   static inline LockedSink* sink_ = nullptr;
@@ -204,7 +212,7 @@ TEST_F(DnsProxyPriv, AllowedNameIsAnsweredAndLearnedInTheClientsCase) {
   QueryOpts o;
   o.id = 0x2020;
   Bytes q = MakeQuery("AlLoWeD.ExAmPlE", o);
-  auto r = testing::UdpExchange(kEpA4, kPortA, q);
+  auto r = lab::UdpExchange(kEpA4, kPortA, q);
   ASSERT_TRUE(r);
   auto p = Parse(*r);
   EXPECT_EQ(p.id, 0x2020);
@@ -231,10 +239,10 @@ TEST_F(DnsProxyPriv, DeniedNamesNeverReachTheUpstream) {
   // logged, so the log is current when it says nothing else arrived.
   EXPECT_EQ(Ask(kEpA4, kPortA, "control-1.wild.example").rcode, 0);
   ASSERT_TRUE(dnsmasq_->WaitForQuery("control-1.wild.example", 5s));
-  EXPECT_EQ(dnsmasq_->QueriesFor("denied.example"), 0);
-  EXPECT_EQ(dnsmasq_->QueriesFor("allowed.example.default.svc.cluster.local"), 0);
-  EXPECT_EQ(dnsmasq_->QueriesFor("allowed.example.svc.cluster.local"), 0);
-  EXPECT_EQ(dnsmasq_->QueriesFor("allowed.example.cluster.local"), 0);
+  EXPECT_EQ(dnsmasq_->QueriesFor("denied.example"), 0u);
+  EXPECT_EQ(dnsmasq_->QueriesFor("allowed.example.default.svc.cluster.local"), 0u);
+  EXPECT_EQ(dnsmasq_->QueriesFor("allowed.example.svc.cluster.local"), 0u);
+  EXPECT_EQ(dnsmasq_->QueriesFor("allowed.example.cluster.local"), 0u);
 }
 
 TEST_F(DnsProxyPriv, TheEndpointIsTheIdentity) {
@@ -259,7 +267,7 @@ TEST_F(DnsProxyPriv, SeveralQueriesPipelinedOnOneTcpConnection) {
   a.id = 1;
   b.id = 2;
   c.id = 3;
-  auto answers = testing::TcpPipelined(kEpA4, kPortA,
+  auto answers = lab::TcpPipelined(kEpA4, kPortA,
                                        {MakeQuery("allowed.example", a), MakeQuery("denied.example", b),
                                         MakeQuery("tcp.wild.example", c)});
   ASSERT_EQ(answers.size(), 3u);
@@ -278,19 +286,18 @@ TEST_F(DnsProxyPriv, SeveralQueriesPipelinedOnOneTcpConnection) {
 }
 
 TEST_F(DnsProxyPriv, TruncatedOverUdpThenAnsweredOverTcpByDig) {
-  int rc = 0;
   // UDP only: the 150 addresses do not fit, TC=1, nothing learned.
-  std::string udp = testing::Run({"dig", "@" + std::string(kEpA4), "-p", std::to_string(kPortA), "+ignore",
-                                  "+bufsize=1232", "+tries=1", "+time=3", "many.example", "A"},
-                                 &rc);
-  EXPECT_EQ(rc, 0) << udp;
+  lab::RunResult udp_run = lab::Run(DigSpec({"dig", "@" + std::string(kEpA4), "-p", std::to_string(kPortA), "+ignore",
+                                              "+bufsize=1232", "+tries=1", "+time=3", "many.example", "A"}));
+  const std::string& udp = udp_run.out;
+  EXPECT_EQ(udp_run.exit_code, 0) << udp_run.Describe();
   EXPECT_NE(udp.find(" tc"), std::string::npos) << udp;
   EXPECT_TRUE(sink_->Of(kSandboxA).empty() || !sink_->Of(kSandboxA).count("203.0.113.0"));
   // dig's default: retry over TCP, which gets all of them.
-  std::string out = testing::Run({"dig", "@" + std::string(kEpA4), "-p", std::to_string(kPortA), "+bufsize=1232",
-                                  "+tries=1", "+time=3", "many.example", "A"},
-                                 &rc);
-  EXPECT_EQ(rc, 0) << out;
+  lab::RunResult tcp_run = lab::Run(DigSpec({"dig", "@" + std::string(kEpA4), "-p", std::to_string(kPortA),
+                                              "+bufsize=1232", "+tries=1", "+time=3", "many.example", "A"}));
+  const std::string& out = tcp_run.out;
+  EXPECT_EQ(tcp_run.exit_code, 0) << tcp_run.Describe();
   EXPECT_NE(out.find("Truncated, retrying in TCP mode"), std::string::npos) << out;
   size_t records = 0;
   for (size_t at = out.find("\tA\t203.0.113."); at != std::string::npos; at = out.find("\tA\t203.0.113.", at + 1)) {
@@ -427,7 +434,7 @@ TEST_F(DnsProxyPriv, TcpStaysTcpAndUdpStaysUdp) {
   long before = ActiveOpens();
   EXPECT_EQ(Ask(kEpC4, kPortT, "allowed.example").rcode, 0);  // UDP in
   EXPECT_EQ(ActiveOpens(), before) << "a UDP query was asked upstream over TCP";
-  auto answers = testing::TcpPipelined(kEpC4, kPortT, {MakeQuery("allowed.example")});  // TCP in
+  auto answers = lab::TcpPipelined(kEpC4, kPortT, {MakeQuery("allowed.example")});  // TCP in
   ASSERT_EQ(answers.size(), 1u);
   EXPECT_THAT(Parse(answers[0]).Addresses(), ::testing::ElementsAre("192.0.2.10"));
   // Our client's connect, and the proxy's own to the upstream.
@@ -449,7 +456,7 @@ TEST_F(DnsProxyPriv, AnswerLatency) {
     Bytes q = MakeQuery(name);
     for (int i = 0; i < 2000; ++i) {
       auto t0 = std::chrono::steady_clock::now();
-      auto r = testing::UdpExchange(kEpA4, kPortA, q);
+      auto r = lab::UdpExchange(kEpA4, kPortA, q);
       auto t1 = std::chrono::steady_clock::now();
       if (!r) continue;
       us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
@@ -468,7 +475,7 @@ TEST_F(DnsProxyPriv, AnswerLatency) {
               pct(allowed, 0.5), pct(allowed, 0.99), pct(denied, 0.5), pct(denied, 0.99));
   RecordProperty("allowed_p50_us", static_cast<int>(pct(allowed, 0.5)));
   RecordProperty("denied_p50_us", static_cast<int>(pct(denied, 0.5)));
-  EXPECT_EQ(dnsmasq_->QueriesFor("denied.example"), 0);
+  EXPECT_EQ(dnsmasq_->QueriesFor("denied.example"), 0u);
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "egressd_env.h"
+#include "dns_sandboxes.h"
 #include "lab_dns.h"
 
 namespace egressd::test {
@@ -56,11 +57,7 @@ std::string FirstLine(const std::string& s) {
   return std::string(absl::StripAsciiWhitespace(s.substr(0, s.find('\n'))));
 }
 
-struct Sandbox {
-  std::string cgroup;
-  uint64_t id = 0;
-  uint16_t port = 0;
-};
+using Sandbox = DnsSandbox;
 
 class DnsEndToEnd : public ::testing::Test {
  protected:
@@ -99,27 +96,11 @@ class DnsEndToEnd : public ::testing::Test {
   }
   void TearDown() override {
     if (serve_) serve_->Stop();
-    for (const auto& s : sandboxes_) Shared().Ctl({"sandbox", "remove", "--cgroup", s.cgroup});
+    sandboxes_.RemoveAll();
   }
   Lab& lab() { return Shared().lab(); }
 
-  Sandbox Register(const std::vector<std::string>& policy) {
-    Sandbox s;
-    auto cg = lab().MakeCgroup(absl::StrCat("dnse2e-", counter_++));
-    EXPECT_TRUE(cg.ok()) << cg.status();
-    if (!cg.ok()) return s;
-    s.cgroup = *cg;
-    struct stat st {};
-    EXPECT_EQ(stat(cg->c_str(), &st), 0);
-    s.id = st.st_ino;
-    std::vector<std::string> args = {"sandbox", "add", "--cgroup", *cg, "--dns-endpoint4", kPodGatewayV4,
-                                     "--dns-endpoint6", kPodGatewayV6};
-    args.insert(args.end(), policy.begin(), policy.end());
-    RunResult r = Shared().Ctl(args);
-    EXPECT_EQ(r.exit_code, 0) << r.Describe();
-    sandboxes_.push_back(s);
-    return s;
-  }
+  Sandbox Register(const std::vector<std::string>& policy) { return sandboxes_.Add(policy); }
 
   // `egressctl dns serve` in the node netns, outside every sandbox cgroup;
   // returns once it said ready (every endpoint bound).
@@ -175,10 +156,9 @@ class DnsEndToEnd : public ::testing::Test {
 
   static inline DnsServer* upstream_ = nullptr;
   static inline DnsServer* world8_ = nullptr;
-  static inline int counter_ = 0;
   size_t upstream_before_ = 0;
   uint64_t world8_before_ = 0;
-  std::vector<Sandbox> sandboxes_;
+  DnsSandboxes sandboxes_{"dnse2e-"};
   std::optional<lab::Background> serve_;
 };
 

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "egressd_env.h"
+#include "dns_sandboxes.h"
 #include "lab_dns.h"
 
 namespace egressd::test {
@@ -48,11 +49,7 @@ constexpr const char* kWorldAnswer = "198.51.100.7";
 const std::vector<std::string> kConnected = {"--floor", "connected"};
 const std::vector<std::string> kHosted = {"--floor", "hosted"};
 
-struct Sandbox {
-  std::string cgroup;
-  uint64_t id = 0;
-  uint16_t port = 0;  // its endpoint's, 0 when it has none
-};
+using Sandbox = DnsSandbox;
 
 class DnsRedirect : public ::testing::Test {
  protected:
@@ -77,40 +74,16 @@ class DnsRedirect : public ::testing::Test {
   }
   void TearDown() override {
     standins_.clear();
-    for (const auto& s : sandboxes_) Shared().Ctl({"sandbox", "remove", "--cgroup", s.cgroup});
+    sandboxes_.RemoveAll();
   }
   Lab& lab() { return Shared().lab(); }
 
   // A sandbox registered with `policy`, with the pod gateway as its endpoint
   // unless `with_endpoint` is false.
   Sandbox Register(const std::vector<std::string>& policy = kConnected, bool with_endpoint = true) {
-    Sandbox s;
-    auto cg = lab().MakeCgroup(absl::StrCat("dns-", counter_++));
-    EXPECT_TRUE(cg.ok()) << cg.status();
-    if (!cg.ok()) return s;
-    s.cgroup = *cg;
-    struct stat st {};
-    EXPECT_EQ(stat(cg->c_str(), &st), 0);
-    s.id = st.st_ino;
-    std::vector<std::string> args = {"sandbox", "add", "--cgroup", *cg};
-    args.insert(args.end(), policy.begin(), policy.end());
-    if (with_endpoint) {
-      args.insert(args.end(), {"--dns-endpoint4", kPodGatewayV4, "--dns-endpoint6", kPodGatewayV6});
-    }
-    RunResult r = Shared().Ctl(args);
-    EXPECT_EQ(r.exit_code, 0) << r.Describe();
-    sandboxes_.push_back(s);
-    auto rec = Record(s);
-    if (with_endpoint && rec.contains("dns")) s.port = rec["dns"].value("port", 0);
-    sandboxes_.back() = s;
-    return s;
+    return sandboxes_.Add(policy, with_endpoint);
   }
-  nlohmann::json Record(const Sandbox& s) {
-    std::ifstream in(absl::StrCat(Shared().runtime_dir(), "/sandboxes/", s.id, ".json"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return nlohmann::json::parse(ss.str(), nullptr, false);
-  }
+  static nlohmann::json Record(const Sandbox& s) { return DnsSandboxes::Record(s); }
   // The proxy's stand-in on the sandbox's endpoint, in the node's netns.
   DnsServer* StandIn(const Sandbox& s) {
     DnsServerSpec spec{.netns = lab().node_netns(),
@@ -155,50 +128,16 @@ class DnsRedirect : public ::testing::Test {
     EXPECT_EQ(lab().PacketsTo(kDns4), 0u) << what << "\n" << lab().CountersSummary();
     EXPECT_EQ(lab().PacketsTo(kWorldDns6), 0u) << what << "\n" << lab().CountersSummary();
   }
-  // An nftables counter in the node's input path for udp to addr:port: what
-  // arrives at an endpoint whatever the payload (dnsmasq logs only queries).
-  struct NodeCounter {
-    std::string table;
-    uint64_t Packets() const {
-      RunSpec spec{.argv = {"nft", "-j", "list", "table", "inet", table}};
-      spec.netns = Shared().lab().node_netns();
-      RunResult r = lab::Run(spec);
-      auto j = nlohmann::json::parse(r.out, nullptr, false);
-      if (!j.is_object() || !j.contains("nftables")) return ~0ull;
-      for (const auto& item : j["nftables"]) {
-        if (!item.contains("rule")) continue;
-        for (const auto& e : item["rule"]["expr"]) {
-          if (e.contains("counter")) return e["counter"]["packets"].get<uint64_t>();
-        }
-      }
-      return ~0ull;
-    }
-    ~NodeCounter() {
-      RunSpec spec{.argv = {"nft", "delete", "table", "inet", table}};
-      spec.netns = Shared().lab().node_netns();
-      lab::Run(spec);
-    }
-  };
-  std::unique_ptr<NodeCounter> CountAtNode(const std::string& addr, uint16_t port) {
-    auto c = std::make_unique<NodeCounter>();
-    c->table = absl::StrCat("egrdns", counter_++);
-    const bool v6 = addr.find(':') != std::string::npos;
-    std::string script = absl::StrCat("add table inet ", c->table, "\n", "add chain inet ", c->table,
-                                      " in { type filter hook input priority -300; }\n", "add rule inet ",
-                                      c->table, " in ", v6 ? "ip6" : "ip", " daddr ", addr, " udp dport ", port,
-                                      " counter\n");
-    RunSpec spec{.argv = {"nft", "-f", "-"}};
-    spec.netns = lab().node_netns();
-    spec.stdin_data = script;
-    RunResult r = lab::Run(spec);
-    EXPECT_EQ(r.exit_code, 0) << r.Describe();
-    return c;
+  std::unique_ptr<NodeUdpCounter> CountAtNode(const std::string& addr, uint16_t port) {
+    auto c = NodeUdpCounter::Add(addr, port);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
   }
 
   static inline DnsServer* world_ = nullptr;
   static inline int counter_ = 0;
   uint64_t world_before_ = 0;
-  std::vector<Sandbox> sandboxes_;
+  DnsSandboxes sandboxes_{"dns-"};
   std::vector<std::unique_ptr<DnsServer>> standins_;
   std::string last_;
 };
