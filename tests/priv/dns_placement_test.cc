@@ -167,8 +167,9 @@ TEST_F(DnsPlacement, ThreeRunsInTheNodeNetnsEachGetOnlyTheirOwnNamesAddressesAnd
         batch.push_back(absl::StrCat("\"", op, " ", p, "\""));
       }
     }
+    // Then it stays (its endpoint registered) until every run has attacked.
     absl::StrAppend(&script, "echo resolved; read pa pb < ", fifos[i], "; ", probe, " batch ",
-                    absl::StrJoin(batch, " "));
+                    absl::StrJoin(batch, " "), "; echo attacked; read done < ", fifos[i]);
     RunSpec spec;
     spec.argv = {lab::BinaryPath("egressctl"),
                  "-v",
@@ -262,12 +263,26 @@ TEST_F(DnsPlacement, ThreeRunsInTheNodeNetnsEachGetOnlyTheirOwnNamesAddressesAnd
   }
   std::vector<std::vector<ProbeLine>> lines(n);
   for (size_t i = 0; i < n; ++i) {
+    std::string attacks;
+    for (;;) {
+      auto line = runs[i].ReadOutLine(30s);
+      ASSERT_TRUE(line) << "run " << i << " never finished its attempts: " << attacks << "\n" << runs[i].err();
+      if (*line == "attacked") break;
+      absl::StrAppend(&attacks, *line, "\n");
+    }
+    absl::StrAppend(&out[i], attacks);
+    lines[i] = lab::ParseProbeLines(attacks);
+  }
+  // Read while every endpoint is still registered (a gone endpoint is no
+  // endpoint: a send there would be judged, and refused, as plain loopback).
+  const uint64_t refused = Counter("dns_deny") - dns_deny_before;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(write(held.fds[i], "done\n", 5), 5);
+  }
+  for (size_t i = 0; i < n; ++i) {
     RunResult r = runs[i].Wait(60s);
     EXPECT_EQ(r.exit_code, 0) << r.Describe();
-    absl::StrAppend(&out[i], r.out);
-    lines[i] = lab::ParseProbeLines(r.out);
   }
-  const uint64_t refused = Counter("dns_deny") - dns_deny_before;
 
   for (size_t i = 0; i < n; ++i) {
     SCOPED_TRACE(absl::StrCat("run ", i, " (", kTenants[i].name, "):\n", out[i]));
