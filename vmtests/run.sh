@@ -132,14 +132,14 @@ mapfile -t priv_tests < <(cd "$bdir" && ctest -N -L priv 2>/dev/null | sed -n 's
 ((${#priv_tests[@]})) || die "no ctest tests labelled priv in $bdir: run scripts/build.sh"
 project_bins=()
 for t in "${priv_tests[@]}"; do
-  b=$(find "$bdir/tests" -type f -name "$t" -perm -u+x | head -n1)
-  [[ -n $b ]] || die "$t: no binary under $bdir/tests: run scripts/build.sh"
+  b=$(find "$bdir/tests" "$bdir/bench" -type f -name "$t" -perm -u+x | head -n1)
+  [[ -n $b ]] || die "$t: no binary under $bdir/tests or $bdir/bench: run scripts/build.sh"
   project_bins+=("$b")
 done
 project_bins+=("$bdir/tests/lab/egressd-probe" "$bdir/tools/egressctl/egressctl"
               "$bdir/tests/priv/egr-lock-holder" "$bdir/tests/priv/egr-dns-ask"
               "$bdir/tests/lab/egr-dns-attack"
-              "$bdir/tests/priv/egr-mesh-proxy")
+              "$bdir/tests/priv/egr-mesh-proxy" "$bdir/bench/egr-nft-forwarder")
 for b in "${project_bins[@]}"; do [[ -x $b ]] || die "$b missing: run scripts/build.sh"; done
 # differential_test compares egressd with the nftables rendering through a
 # python3 listener, which this initramfs does not carry (python3 and its
@@ -235,7 +235,7 @@ mkdir -p "$root/etc/iproute2"
 # Kernel modules: the lab's veth, plus what tc and nftables tests load, with
 # their dependencies and soft dependencies in load order (modprobe -D), and a
 # modules.dep for the guest so the kernel can load more of these on demand.
-want_modules=(veth dummy sch_ingress cls_bpf nf_tables nft_reject_inet nft_ct)
+want_modules=(veth dummy sch_ingress cls_bpf nf_tables nft_reject_inet nft_ct nft_chain_nat nft_nat nft_redir)
 declare -A mod_seen=()
 for m in "${want_modules[@]}"; do
   modprobe -d "${mod_base:-/}" -S "$release" --show-depends "$m" ||
