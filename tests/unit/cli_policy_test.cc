@@ -299,4 +299,46 @@ TEST_F(Cli, HelpListsExactlyTheValuesTheParsersAccept) {
   }
 }
 
+// egressctl audit suggest against a deployment config: what it proposes
+// passes `policy check` with that config, and the config's own protected
+// range is never proposed.
+TEST_F(Cli, AuditSuggestPassesPolicyCheckWithTheSameConfig) {
+  const std::string config = Write("egressd.yaml", "airgapped: false\nprotected: [203.0.113.0/24]\n");
+  auto deny = [](const std::string& ip) {
+    return nlohmann::json{{"type", "connect"}, {"verdict", "deny"}, {"reason", "default-deny"}, {"count", 1},
+                          {"sandbox", {{"id", 5}}}, {"IP", {{"destination", ip}}},
+                          {"l4", {{"TCP", {{"destination_port", 443}}}}}}
+        .dump();
+  };
+  auto name = [](const std::string& q) {
+    return nlohmann::json{{"type", "dns"}, {"verdict", "deny"}, {"reason", "name-not-in-scope"},
+                          {"sandbox", {{"id", 5}}}, {"dns", {{"query", q + "."}, {"qtypes", {"A"}}, {"rcode", 3}}}}
+        .dump();
+  };
+  const std::string stream = Write("trail.jsonl", deny("203.0.113.5") + "\n" + deny("192.0.2.9") + "\n" +
+                                                      name("a.corp.example.com") + "\n" +
+                                                      name("b.corp.example.com") + "\n" + name("x.github.io") + "\n");
+  Result r = Ctl({"audit", "suggest", "--input", stream, "--config", config});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("    - '*.corp.example.com'\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    - '192.0.2.9'\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    - 'x.github.io'\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("- '203.0.113.5'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("#   203.0.113.5 443/TCP (1 time): the deployment's floor protects 203.0.113.0/24"),
+            std::string::npos)
+      << r.out;
+  Result check = Ctl({"policy", "check", "--config", config, "--policy", Write("suggested.yaml", r.out)});
+  EXPECT_EQ(check.code, 0) << check.err << "\n" << r.out;
+  EXPECT_EQ(check.err.find("public suffix"), std::string::npos) << check.err;
+
+  Result missing = Ctl({"audit", "suggest", "--input", dir_ + "/missing.jsonl"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("missing.jsonl"), std::string::npos) << missing.err;
+  Result with_policy = Ctl({"audit", "suggest", "--input", stream, "--policy", config});
+  EXPECT_EQ(with_policy.code, 2) << with_policy.err;
+  Result bad_sandbox = Ctl({"audit", "suggest", "--input", stream, "--sandbox", "web"});
+  EXPECT_EQ(bad_sandbox.code, 2);
+  EXPECT_NE(bad_sandbox.err.find("\"web\""), std::string::npos) << bad_sandbox.err;
+}
+
 }  // namespace

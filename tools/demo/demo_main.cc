@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -152,11 +153,18 @@ int main() {
     std::printf("\n");
   }
   std::printf("\nThe audit trail of each scenario (egressctl audit --input FILE -o compact):\n");
+  const std::string all_lines = audit_dir + "/all.jsonl";
   for (const auto& [what, file] : audit_files) {
     RunResult a = ctl_run({"audit", "--input", file, "-o", "compact"}, false);
     std::printf("# %s\n%s%s", what.c_str(), a.out.c_str(), a.err.c_str());
+    std::ofstream(all_lines, std::ios::app) << std::ifstream(file).rdbuf();
     (void)unlink(file.c_str());
   }
+  // What the denials above would need, as a task.yaml (docs/audit.md).
+  RunResult suggest = ctl_run({"audit", "suggest", "--input", all_lines, "--floor", "connected"}, false);
+  std::printf("\negressctl audit suggest --input <the lines above> --floor connected:\n%s%s", suggest.out.c_str(),
+              suggest.err.c_str());
+  (void)unlink(all_lines.c_str());
   (void)rmdir(audit_dir.c_str());
   RunResult bad = ctl_run({"run", "--egress", "169.254.0.0/16", "--", "true"}, true);
   show("egressctl run --egress 169.254.0.0/16 -- true", bad);

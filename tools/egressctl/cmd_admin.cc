@@ -17,6 +17,8 @@
 #include "tools/egressctl/policy_flags.h"
 #include "userspace/control/reconcile.h"
 #include "userspace/control/sandbox_record.h"
+#include "userspace/audit/lifecycle.h"
+#include "userspace/audit/user_events.h"
 
 namespace egressd::cli {
 int CmdLoad(const Paths& paths) {
@@ -47,6 +49,12 @@ int CmdLoad(const Paths& paths) {
                 "  --require-socket-containment) when asked to contain a workload here.\n",
                 r->bpf_lsm.c_str());
   }
+  audit::WriteOneUserEvent(paths,
+                           audit::EngineJson("started", {{"links_attached", r->links_attached},
+                                                         {"links_updated", r->links_updated},
+                                                         {"socket_containment", r->socket_containment},
+                                                         {"pin_root", paths.pin_root}}),
+                           0);
   return kExitOk;
 }
 
@@ -57,7 +65,11 @@ int CmdUnload(const Paths& paths, bool force) {
   }
   auto lock = InstanceLock::Acquire(paths);
   if (!lock.ok()) return Report(lock.status());
-  return Report(UnloadEnforcement(paths, *lock, force));
+  absl::Status s = UnloadEnforcement(paths, *lock, force);
+  if (s.ok()) {
+    audit::WriteOneUserEvent(paths, audit::EngineJson("stopped", {{"pin_root", paths.pin_root}, {"force", force}}), 0);
+  }
+  return Report(s);
 }
 
 int CmdProbe(const Paths& paths) {

@@ -24,6 +24,8 @@
 #include "tools/egressctl/run_dns.h"
 #include "userspace/common/errors.h"
 #include "userspace/control/sandbox_record.h"
+#include "userspace/audit/dns_events.h"
+#include "userspace/audit/user_events.h"
 #include "userspace/dns/proxy.h"
 
 namespace egressd::cli {
@@ -217,7 +219,16 @@ int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector
     return kExitFailure;
   }
   maps::ResolvedTable table(*maps);
-  dns::DnsProxy proxy(io, **upstream, table);
+  // Every query becomes an audit record (docs/audit.md, "DNS").
+  auto audit_writer = audit::UserEventWriter::Open(paths, "dns-proxy");
+  if (!audit_writer.ok()) {
+    spdlog::error("audit: {}", audit_writer.status().ToString());
+    return kExitFailure;
+  }
+  audit::DnsAudit audit_observer(**audit_writer);
+  dns::ProxyOptions proxy_options;
+  proxy_options.observer = &audit_observer;
+  dns::DnsProxy proxy(io, **upstream, table, proxy_options);
   RecordWatcher watcher(io, records, proxy);
   // Watch first, then read: a record written in between is seen twice, never
   // missed.

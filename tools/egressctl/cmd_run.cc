@@ -37,6 +37,8 @@
 #include "userspace/control/registry.h"
 #include "userspace/audit/line_file.h"
 #include "userspace/audit/trail.h"
+#include "userspace/audit/lifecycle.h"
+#include "userspace/audit/user_events.h"
 
 namespace egressd::cli {
 namespace {
@@ -171,7 +173,12 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   // whenever an upstream is known, and refuses a policy with names when none
   // is: its names are always enforced.
   auto policy = CompileFlags(flags, /*dns_served=*/true);
-  if (!policy.ok()) return Report(policy.status());
+  if (!policy.ok()) {
+    if (absl::IsInvalidArgument(policy.status())) {
+      audit::WriteOneUserEvent(paths, audit::PolicyRejectedJson(0, "run", "", std::string(policy.status().message())), 0);
+    }
+    return Report(policy.status());
+  }
   auto config_dns = ConfigDns(flags.config);
   if (!config_dns.ok()) return Report(config_dns.status());
   std::string resolv_conf;
@@ -249,6 +256,9 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
     return Report(registered);
   }
   spdlog::info("sandbox {} (cgroup id {}) registered; running {}", spec.cgroup_dir, *id, command[0]);
+  audit::WriteOneUserEvent(paths, audit::SandboxJson("registered", *id, "run", spec.cgroup_dir, sandbox_spec->labels),
+                           *id);
+  audit::WriteOneUserEvent(paths, audit::PolicyAppliedJson(*id, "run", *policy), *id);
   CrashPoint("run:registered");
 
   // The sandbox's DNS proxy, in this process (outside the sandbox's cgroup),
@@ -295,6 +305,9 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
 
   // Kill whatever the command left behind before its policy goes away.
   absl::Status cleanup = KillAndRemoveCgroup(spec.cgroup_dir);
+  // The sandbox's DNS records are in the channel before the reader's last
+  // window: its --audit holds them all.
+  if (run_dns) run_dns->FlushAudit();
   if (audit_reader.joinable()) {
     command_done = true;
     audit_reader.join();
@@ -303,6 +316,11 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   run_dns.reset();  // its endpoint closes: queries from now on are refused
   if (cleanup.ok()) cleanup = registry.Unregister(*id);
   if (!cleanup.ok()) spdlog::error("cleaning up sandbox {}: {}", spec.cgroup_dir, cleanup.ToString());
+  if (cleanup.ok()) {
+    nlohmann::json removed = audit::SandboxJson("removed", *id, "run", spec.cgroup_dir, sandbox_spec->labels);
+    if (code.ok()) removed["exit_code"] = *code;
+    audit::WriteOneUserEvent(paths, std::move(removed), *id);
+  }
   if (!code.ok()) return Report(code.status());
   return *code;
 }

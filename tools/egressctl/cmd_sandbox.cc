@@ -16,6 +16,9 @@
 #include "maps/egressd_abi.h"
 #include "userspace/common/cgroup_tree.h"
 #include "userspace/control/registry.h"
+#include "userspace/control/sandbox_record.h"
+#include "userspace/audit/lifecycle.h"
+#include "userspace/audit/user_events.h"
 
 namespace egressd::cli {
 namespace {
@@ -101,7 +104,13 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
   const absl::Status config_endpoints = EndpointsFromConfig(flags.config, sandbox);
   // A sandbox given a DNS endpoint has its names served (egressctl dns serve).
   auto policy = CompileFlags(flags, !sandbox.dns_endpoint4.empty() || !sandbox.dns_endpoint6.empty());
-  if (!policy.ok()) return Report(policy.status());
+  if (!policy.ok()) {
+    if (absl::IsInvalidArgument(policy.status())) {
+      audit::WriteOneUserEvent(
+          paths, audit::PolicyRejectedJson(0, "sandbox add", cgroup, std::string(policy.status().message())), 0);
+    }
+    return Report(policy.status());
+  }
   if (!config_endpoints.ok()) return Report(config_endpoints);
   if (auto labels = ParseLabels(sandbox); !labels.ok()) return Report(labels.status());
   control::SandboxSpec dns_check;
@@ -114,13 +123,23 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
   if (auto s = CheckSocketContainment(paths, accept); !s.ok()) return ReportContainment(s);
   auto spec = MakeSandboxSpec(sandbox, cgroup, *id, "");
   if (!spec.ok()) return Report(spec.status());
-  return Report(control::Registry(paths).Register(*spec, *policy));
+  absl::Status s = control::Registry(paths).Register(*spec, *policy);
+  if (s.ok()) {
+    audit::WriteOneUserEvent(paths, audit::SandboxJson("registered", *id, "sandbox add", cgroup, spec->labels), *id);
+    audit::WriteOneUserEvent(paths, audit::PolicyAppliedJson(*id, "sandbox add", *policy), *id);
+  }
+  return Report(s);
 }
 
 int CmdSandboxRemove(const Paths& paths, const std::string& cgroup) {
   auto id = LoadedCgroupId(paths, cgroup);
   if (!id.ok()) return Report(id.status());
-  return Report(control::Registry(paths).Unregister(*id));
+  // The labels, while the record still holds them.
+  control::Labels labels;
+  if (auto rec = control::SandboxRecords(paths).Load(*id); rec.ok() && rec->has_value()) labels = (*rec)->labels;
+  absl::Status s = control::Registry(paths).Unregister(*id);
+  if (s.ok()) audit::WriteOneUserEvent(paths, audit::SandboxJson("removed", *id, "sandbox remove", cgroup, labels), *id);
+  return Report(s);
 }
 
 int CmdSandboxContain(const Paths& paths, const std::string& cgroup) {

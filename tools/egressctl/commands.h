@@ -86,6 +86,12 @@ struct AuditFlags {
   int window_ms = 1000;         // fold window while this process reads the ring
 };
 int CmdAudit(const Paths& paths, const AuditFlags& flags);
+// egressctl audit suggest: a task.yaml fragment allowing a stream's denials.
+struct SuggestFlags {
+  std::string input;    // a JSON-lines file, - for stdin; empty: the kernel's trail now
+  std::string sandbox;  // only this sandbox's records
+};
+int CmdAuditSuggest(const Paths& paths, const SuggestFlags& suggest, const PolicyFlags& deployment);
 
 // policy check: exit 0 (printing a summary) or 2 (printing every problem).
 int CmdPolicyCheck(const PolicyFlags& flags);

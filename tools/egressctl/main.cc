@@ -157,6 +157,13 @@ int main(int argc, char** argv) {
   audit->add_option("--verdict", audit_flags.verdict, "allow | deny");
   audit->add_option("-o,--output", audit_flags.output, "json (default) | compact");
   audit->add_option("--window-ms", audit_flags.window_ms, "Fold window while reading the ring (default 1000)");
+  cli::SuggestFlags suggest_flags;
+  cli::PolicyFlags suggest_policy;
+  auto* suggest = audit->add_subcommand(
+      "suggest", "The smallest task.yaml allow list that would have allowed a stream's denials");
+  suggest->add_option("--input", suggest_flags.input, "A JSON-lines file (- for stdin; default: the kernel's trail)");
+  suggest->add_option("--sandbox", suggest_flags.sandbox, "Only this sandbox's denials (its cgroup id)");
+  AddPolicyFlags(suggest, suggest_policy, after_parse);
   auto* run = app.add_subcommand("run", "Run a command in a fresh transient sandbox");
   AddPolicyFlags(run, run_flags, after_parse);
   AddSandboxFlags(run, run_sandbox);
@@ -248,6 +255,7 @@ int main(int argc, char** argv) {
   if (*remove) return cli::CmdSandboxRemove(paths, cgroup);
   if (*contain) return cli::CmdSandboxContain(paths, cgroup);
   if (*run) return cli::CmdRun(paths, run_flags, run_sandbox, run_as, command);
+  if (*suggest) return cli::CmdAuditSuggest(paths, suggest_flags, suggest_policy);
   if (*audit) return cli::CmdAudit(paths, audit_flags);
   if (*check) return cli::CmdPolicyCheck(check_flags);
   if (*compile) return cli::CmdPolicyCompile(compile_flags, format);

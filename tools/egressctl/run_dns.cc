@@ -108,7 +108,13 @@ absl::StatusOr<std::unique_ptr<RunDns>> RunDns::Start(const Paths& paths, const 
   if (!up.ok()) return up.status();
   d->upstream_ = std::move(*up);
   d->table_ = std::make_unique<maps::ResolvedTable>(*d->maps_);
-  d->proxy_ = std::make_unique<dns::DnsProxy>(d->io_, *d->upstream_, *d->table_);
+  auto writer = audit::UserEventWriter::Open(paths, "dns-proxy");
+  if (!writer.ok()) return writer.status();
+  d->audit_ = std::move(*writer);
+  d->observer_ = std::make_unique<audit::DnsAudit>(*d->audit_);
+  dns::ProxyOptions po;
+  po.observer = d->observer_.get();
+  d->proxy_ = std::make_unique<dns::DnsProxy>(d->io_, *d->upstream_, *d->table_, po);
   // Bound here, before the command starts: its first query finds the endpoint.
   if (absl::Status s = d->proxy_->Serve(DnsScopeOf(record), *ep); !s.ok()) return s;
   d->endpoint_ = ep->ToString();

@@ -16,6 +16,8 @@
 
 #include "absl/status/statusor.h"
 #include "maps/pinned_maps.h"
+#include "userspace/audit/dns_events.h"
+#include "userspace/audit/user_events.h"
 #include "userspace/common/node.h"
 #include "userspace/control/sandbox_record.h"
 #include "userspace/dns/proxy.h"
@@ -63,11 +65,16 @@ class RunDns {
                                                        const std::vector<dns::UpstreamServer>& upstreams);
   ~RunDns();
   std::string endpoint() const { return endpoint_; }
+  // Returns once every query answered so far is in the audit channel
+  // (before the run's audit reader closes its last window).
+  void FlushAudit() { audit_->Flush(); }
 
  private:
   RunDns() = default;
   boost::asio::io_context io_;
   std::optional<maps::PinnedMaps> maps_;
+  std::unique_ptr<audit::UserEventWriter> audit_;
+  std::unique_ptr<audit::DnsAudit> observer_;
   std::unique_ptr<dns::Upstream> upstream_;
   std::unique_ptr<dns::LearnedAddressSink> table_;
   std::unique_ptr<dns::DnsProxy> proxy_;

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "userspace/audit/reader_lock.h"
+#include "userspace/audit/user_events.h"
 #include "userspace/common/errors.h"
 
 namespace egressd::audit {
@@ -80,6 +81,7 @@ absl::Status Exporter::LoadState() {
   if (j.contains("cpus")) {
     for (auto& [cpu, next] : j["cpus"].items()) cpus_[std::stoul(cpu)].next = next.get<uint64_t>();
   }
+  if (j.contains("pending") && j["pending"].is_object()) pending_ = j["pending"];
   return absl::OkStatus();
 }
 
@@ -93,6 +95,7 @@ absl::Status Exporter::SaveState() const {
     uint64_t next = s.missing.empty() ? s.next : s.missing.begin()->first;
     j["cpus"][std::to_string(cpu)] = next;
   }
+  j["pending"] = pending_;
   return WriteFileAtomically(options_.state_path, j.dump() + "\n");
 }
 
@@ -156,6 +159,14 @@ absl::Status Exporter::OnEvent(const egr_event& e) {
   }
   counted_[e.key.sandbox_id] += 1;
   return Emit(EventJson(e, Realtime(e.boot_ns), Sandbox(e.key.sandbox_id)), e.key.sandbox_id, false);
+}
+
+absl::Status Exporter::OnUserRecord(nlohmann::json record) {
+  uint64_t id = 0;
+  if (record.contains("sandbox") && record["sandbox"].is_object()) id = record["sandbox"].value("id", uint64_t{0});
+  if (id && !record["sandbox"].contains("labels")) AddSandboxLabels(record, Sandbox(id));
+  record["schema"] = kSchema;
+  return Emit(std::move(record), id, false);
 }
 
 absl::Status Exporter::OnWindow(const maps::WindowCounts& w, uint64_t closed_boot_ns) {

@@ -43,6 +43,12 @@ class Exporter {
   // window; then the state is saved and the spools' progress mark moved to
   // `closed_boot_ns` (every occurrence before it is written).
   absl::Status OnWindow(const maps::WindowCounts& w, uint64_t closed_boot_ns);
+  // A record of a user-space source (user_events.h: DNS, lifecycle, channel
+  // losses), numbered in the same sequence; its sandbox's labels are added
+  // when the record has none.
+  absl::Status OnUserRecord(nlohmann::json record);
+  // How far each pending file was read: saved with the state.
+  nlohmann::json& pending_offsets() { return pending_; }
 
   uint64_t seq() const { return seq_; }
   // Occurrences written so far as records' counts and losses, per sandbox.
@@ -73,6 +79,7 @@ class Exporter {
   std::map<uint64_t, uint64_t> counted_, lost_;
   uint64_t seq_ = 0;
   uint64_t offset_ns_ = 0;  // CLOCK_REALTIME - CLOCK_BOOTTIME
+  nlohmann::json pending_ = nlohmann::json::object();
 };
 
 // The spools' progress mark: every occurrence before this boot time is in

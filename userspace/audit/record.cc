@@ -230,6 +230,15 @@ std::string Compact(const nlohmann::json& r) {
     absl::StrAppend(&out, " count=", r["count"].get<uint64_t>());
   }
   if (r.contains("lost")) absl::StrAppend(&out, " lost=", r["lost"].get<uint64_t>());
+  // User-space sources (user_events.h): the DNS question and answer, the
+  // lifecycle event.
+  if (r.contains("dns") && r["dns"].is_object()) {
+    const auto& d = r["dns"];
+    if (d.contains("qtypes") && !d["qtypes"].empty()) absl::StrAppend(&out, " ", d["qtypes"][0].get<std::string>());
+    absl::StrAppend(&out, " ", d.value("query", "?"), " ", d.value("rcode_name", "no-answer"));
+    if (d.contains("ips") && !d["ips"].empty()) absl::StrAppend(&out, " ips=", d["ips"].dump());
+  }
+  if (r.contains("event")) absl::StrAppend(&out, " ", r.value("event", ""));
   return out;
 }
 

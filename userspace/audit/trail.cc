@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "maps/event_ring.h"
 #include "userspace/audit/reader_lock.h"
+#include "userspace/audit/user_events.h"
 #include "userspace/common/errors.h"
 
 namespace egressd::audit {
@@ -95,6 +96,8 @@ absl::Status Hold(const Paths& paths, const TrailOptions& o, const LineFn& out,
       EGR_RETURN_IF_ERROR(failed);
       if (n == 0) break;
     }
+    // User-space sources' lines (user_events.h) written before `closing`.
+    EGR_RETURN_IF_ERROR(IngestPending(paths, *exporter));
     EGR_RETURN_IF_ERROR(exporter->OnWindow(counts, closing));
     return own_spool.Read(skip);
   };

@@ -185,6 +185,9 @@ std::optional<FilteredAnswer> FilterAnswer(const Query& q, const knot_pkt* upstr
                                      [&](const net::IpAddr& a) { return IsProtected(a, prot); });
     if (prot_hits > 0) {
       out.protected_removed += prot_hits;
+      for (const net::IpAddr& a : r.addrs) {
+        if (IsProtected(a, prot)) out.protected_addrs.push_back(a);
+      }
       continue;
     }
     uint32_t ttl = std::min(r.ttl, on_chain->second);

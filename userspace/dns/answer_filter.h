@@ -46,6 +46,7 @@ struct FilteredAnswer {
   std::vector<Record> records;       // everything passed on, in order
   std::vector<Candidate> learn;      // distinct addresses to write, in order
   size_t protected_removed = 0;      // addresses in protected ranges dropped
+  std::vector<net::IpAddr> protected_addrs;  // which (for the audit record)
   size_t out_of_chain_removed = 0;   // A/AAAA/hints not learnable, dropped
   int chain_length = 0;              // CNAME hops followed
 };

@@ -3,7 +3,10 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <time.h>
+
 #include <array>
+#include <chrono>
 #include <deque>
 #include <set>
 
@@ -52,22 +55,52 @@ using Reply = std::function<void(Bytes)>;
 
 // One message through the flow; `reply` gets the answer, now or once the
 // upstream answered and every learned write returned (empty: no answer).
+uint64_t RealtimeNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
 void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live, std::span<const uint8_t> msg,
             bool over_tcp, Reply reply) {
   std::shared_ptr<const SandboxScope> scope = live->scope;
-  Decision d = Decide(*scope, msg, *sh->counters);
-  if (d.kind == Decision::kDrop) return reply({});
-  if (d.kind == Decision::kRespond) return reply(std::move(d.response));
+  std::shared_ptr<QueryEvent> ev;
+  if (sh->opts.observer) {
+    ev = std::make_shared<QueryEvent>();
+    ev->sandbox_id = scope->sandbox_id;
+    ev->over_tcp = over_tcp;
+    ev->realtime_ns = RealtimeNs();
+  }
+  Decision d = Decide(*scope, msg, *sh->counters, ev.get());
+  if (d.kind != Decision::kForward) {
+    reply(d.kind == Decision::kRespond ? std::move(d.response) : Bytes{});
+    if (ev) sh->opts.observer->OnQuery(*ev);
+    return;
+  }
   auto fwd = std::make_shared<Decision>(std::move(d));
   size_t limit = over_tcp ? kMaxMessage : UdpLimit(fwd->query);
+  const auto asked = std::chrono::steady_clock::now();
   sh->upstream.Send(fwd->upstream_query, over_tcp,
-                    [sh, live, scope, fwd, limit, reply = std::move(reply)](absl::StatusOr<Bytes> answer) {
-                      if (!sh->alive || live->stopped) return;
+                    [sh, live, scope, fwd, limit, ev, asked, reply = std::move(reply)](absl::StatusOr<Bytes> answer) {
+                      if (!sh->alive) return;
+                      if (ev) {
+                        ev->upstream_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                                    std::chrono::steady_clock::now() - asked)
+                                                                    .count());
+                      }
+                      if (live->stopped) {
+                        if (ev) {
+                          ev->upstream_error = "the sandbox stopped being served before the answer came";
+                          sh->opts.observer->OnQuery(*ev);
+                        }
+                        return;
+                      }
                       // Synchronous writes in the one loop thread: the answers
                       // of one sandbox are finished one at a time, so two for
                       // the same name can never interleave their writes.
                       reply(Finish(*scope, *fwd, answer, limit, sh->sink, sh->opts.lifetime, BootTimeNs(),
-                                   *sh->counters));
+                                   *sh->counters, ev.get()));
+                      if (ev) sh->opts.observer->OnQuery(*ev);
                     });
 }
 

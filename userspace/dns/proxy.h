@@ -16,6 +16,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "absl/status/status.h"
+#include "userspace/dns/events.h"
 #include "userspace/dns/learner.h"
 #include "userspace/dns/query_flow.h"
 #include "userspace/dns/upstream.h"
@@ -32,6 +33,9 @@ struct ProxyOptions {
   size_t max_tcp_connections = 64;   // per endpoint and family
   size_t max_tcp_in_flight = 32;     // queries pipelined on one connection
   int tcp_idle_ms = 10000;           // an idle connection is closed
+  // Told of every message once answered (the audit trail); must outlive the
+  // proxy.  Null: nobody.
+  QueryObserver* observer = nullptr;
 };
 
 class DnsProxy {

@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/str_cat.h"
+
 #include "userspace/dns/answer_filter.h"
 #include "userspace/dns/denial.h"
 
@@ -14,11 +16,48 @@ size_t UdpLimit(const Query& q) {
   return q.edns ? std::clamp<size_t>(q.udp_payload, kClassicUdpSize, kMaxMessage) : kClassicUdpSize;
 }
 
-Decision Decide(const SandboxScope& sandbox, std::span<const uint8_t> wire, Counters& counters) {
+namespace {
+
+void NoteQuestion(QueryEvent* ev, const Query& q) {
+  if (!ev) return;
+  ev->parsed = true;
+  ev->qname = q.qname;
+  ev->qtype = q.qtype;
+}
+
+void NoteResponse(QueryEvent* ev, const Bytes& response) {
+  if (ev && response.size() >= 4) ev->rcode = static_cast<uint8_t>(response[3] & 0x0f);
+}
+
+// The answer section as sent, and the addresses learned and refused.
+void NoteAnswer(QueryEvent* ev, const FilteredAnswer& a, uint8_t rcode) {
+  if (!ev) return;
+  ev->rcode = rcode;
+  for (const Record& r : a.records) {
+    if (r.section != 0) continue;
+    QueryEvent::Answer ans{NameText(r.owner.data()), r.type, r.ttl, {}};
+    if (r.type == kTypeCname) {
+      ans.data = NameText(r.rdata.data());
+    } else if ((r.type == kTypeA || r.type == kTypeAaaa) && r.addrs.size() == 1) {
+      ans.data = r.addrs[0].ToString();
+    }
+    ev->answers.push_back(std::move(ans));
+  }
+  for (const net::IpAddr& p : a.protected_addrs) ev->refused.push_back({p, "protected"});
+}
+
+}  // namespace
+
+Decision Decide(const SandboxScope& sandbox, std::span<const uint8_t> wire, Counters& counters,
+                QueryEvent* ev) {
   ++counters.queries;
   Decision d;
   ParsedQuery parsed = ParseQuery(wire);
   if (!parsed.query) {
+    if (ev) ev->reason = parsed.refusal == Refusal::kDrop     ? "not-a-query"
+                         : parsed.refusal == Refusal::kFormErr ? "formerr"
+                                                               : "notimp";
+    if (parsed.question) NoteQuestion(ev, *parsed.question);
     if (parsed.refusal == Refusal::kDrop) {
       ++counters.dropped;
       return d;
@@ -27,21 +66,32 @@ Decision Decide(const SandboxScope& sandbox, std::span<const uint8_t> wire, Coun
     SPDLOG_DEBUG("dns: sandbox {}: refused: {}", sandbox.sandbox_id, parsed.why);
     d.response = BuildRefusal(parsed);
     d.kind = d.response.empty() ? Decision::kDrop : Decision::kRespond;
+    NoteResponse(ev, d.response);
     return d;
   }
   Query& q = *parsed.query;
+  NoteQuestion(ev, q);
   std::optional<ScopeMatch> match = sandbox.names.Match(q.qname);
   if (!match) {
     ++counters.denied;
+    if (ev) ev->reason = "name-not-in-scope";
     d.response = BuildDenial(q);
     d.kind = d.response.empty() ? Decision::kDrop : Decision::kRespond;
+    NoteResponse(ev, d.response);
     return d;
+  }
+  if (ev) {
+    ev->allowed = true;
+    ev->reason = "name-in-scope";
+    ev->rule = match->rule;
   }
   d.upstream_query = BuildUpstreamQuery(q);
   if (d.upstream_query.empty()) {
     ++counters.servfail;
     d.response = BuildServFail(q, kEdeOther, "egressd: could not build the upstream query");
     d.kind = Decision::kRespond;
+    NoteResponse(ev, d.response);
+    if (ev) ev->upstream_error = "could not build the upstream query";
     return d;
   }
   ++counters.forwarded;
@@ -53,14 +103,16 @@ Decision Decide(const SandboxScope& sandbox, std::span<const uint8_t> wire, Coun
 
 Bytes Finish(const SandboxScope& sandbox, const Decision& fwd, const absl::StatusOr<Bytes>& upstream,
              size_t max_size, LearnedAddressSink& sink, const Lifetime& lifetime, uint64_t now_boot_ns,
-             Counters& counters) {
+             Counters& counters, QueryEvent* ev) {
   const Query& q = fwd.query;
   auto servfail = [&](const std::string& why) {
     ++counters.servfail;
+    if (ev) ev->rcode = kRcodeServFail;
     return BuildServFail(q, kEdeOther, why);
   };
   if (!upstream.ok()) {
     ++counters.upstream_failed;
+    if (ev) ev->upstream_error = upstream.status().ToString();
     SPDLOG_DEBUG("dns: sandbox {}: {}: upstream: {}", sandbox.sandbox_id, q.qname, upstream.status().ToString());
     return servfail("egressd: no answer from the upstream resolver");
   }
@@ -74,6 +126,10 @@ Bytes Finish(const SandboxScope& sandbox, const Decision& fwd, const absl::Statu
       return servfail("egressd: the upstream's answer did not parse");
     }
     ++counters.truncated;
+    if (ev) {
+      ev->truncated = true;
+      ev->rcode = static_cast<uint8_t>((*upstream)[3] & 0x0f);
+    }
     return BuildTruncated(q, static_cast<uint8_t>((*upstream)[3] & 0x0f));
   }
   PktPtr pkt = ParseMessage(*upstream);
@@ -89,10 +145,16 @@ Bytes Finish(const SandboxScope& sandbox, const Decision& fwd, const absl::Statu
   std::optional<Bytes> tentative = a->tc ? std::nullopt : BuildAnswer(q, *a, max_size);
   if (!tentative) {
     ++counters.truncated;
+    if (ev) {
+      ev->truncated = true;
+      ev->rcode = a->rcode;
+      for (const net::IpAddr& p : a->protected_addrs) ev->refused.push_back({p, "protected"});
+    }
     return BuildTruncated(q, a->rcode);
   }
   if (a->learn.empty()) {
     ++counters.answered;
+    NoteAnswer(ev, *a, a->rcode);
     return *std::move(tentative);
   }
   std::set<net::IpAddr> failed;
@@ -100,24 +162,31 @@ Bytes Finish(const SandboxScope& sandbox, const Decision& fwd, const absl::Statu
     absl::Status s = sink.Learn(sandbox.sandbox_id, c.addr, lifetime.ExpiryNs(now_boot_ns, c.ttl), fwd.match.name_id);
     if (s.ok()) {
       ++counters.learned;
+      if (ev) ev->learned.push_back({c.addr, c.ttl});
     } else {
       ++counters.learn_failed;
       failed.insert(c.addr);
+      if (ev) ev->refused.push_back({c.addr, absl::StrCat("map write failed: ", s.message())});
       spdlog::warn("dns: sandbox {}: {} -> {} not learned, removed from the answer: {}", sandbox.sandbox_id, q.qname,
                    c.addr.ToString(), s.ToString());
     }
   }
   if (failed.empty()) {
     ++counters.answered;
+    NoteAnswer(ev, *a, a->rcode);
     return *std::move(tentative);
   }
   if (failed.size() == a->learn.size()) {
+    if (ev) {
+      for (const net::IpAddr& p : a->protected_addrs) ev->refused.push_back({p, "protected"});
+    }
     return servfail("egressd: could not allow the answer's addresses");
   }
   RemoveAddresses(*a, failed);
   std::optional<Bytes> reduced = BuildAnswer(q, *a, max_size);
   if (!reduced) return servfail("egressd: could not build the answer");
   ++counters.answered;
+  NoteAnswer(ev, *a, a->rcode);
   return *std::move(reduced);
 }
 

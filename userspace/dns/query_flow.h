@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "userspace/dns/events.h"
 #include "userspace/dns/learner.h"
 #include "userspace/dns/message.h"
 #include "userspace/dns/scope.h"
@@ -41,7 +42,9 @@ struct Decision {
   Bytes upstream_query;  // kForward
 };
 
-Decision Decide(const SandboxScope& sandbox, std::span<const uint8_t> wire, Counters& counters);
+// `event`, when given, is filled with what the audit record says of it.
+Decision Decide(const SandboxScope& sandbox, std::span<const uint8_t> wire, Counters& counters,
+                QueryEvent* event = nullptr);
 
 // The client's answer to a forwarded query.  `upstream` is the upstream's
 // answer or why there is none.  Every learned address is written to `sink`
@@ -51,7 +54,7 @@ Decision Decide(const SandboxScope& sandbox, std::span<const uint8_t> wire, Coun
 // is TC=1 and teaches nothing).
 Bytes Finish(const SandboxScope& sandbox, const Decision& forwarded,
              const absl::StatusOr<Bytes>& upstream, size_t max_size, LearnedAddressSink& sink,
-             const Lifetime& lifetime, uint64_t now_boot_ns, Counters& counters);
+             const Lifetime& lifetime, uint64_t now_boot_ns, Counters& counters, QueryEvent* event = nullptr);
 
 // The size a UDP answer to `q` may take.
 size_t UdpLimit(const Query& q);

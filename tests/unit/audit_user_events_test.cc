@@ -1,0 +1,222 @@
+// The user-space sources' channel (userspace/audit/user_events.h) without a
+// kernel: their lines numbered in the exporter's one sequence, read exactly
+// once across holders (persisted offsets), a full queue and a dead writer's
+// half line reported as losses that add up, and the DNS record's fields.
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "userspace/audit/dns_events.h"
+#include "userspace/audit/exporter.h"
+#include "userspace/audit/lifecycle.h"
+#include "userspace/audit/user_events.h"
+#include "userspace/control/sandbox_record.h"
+
+namespace egressd::audit {
+namespace {
+
+class UserEvents : public testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/egr-audit-user-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    paths_.runtime_dir = dir_;
+  }
+  void TearDown() override { (void)system(("rm -rf " + dir_).c_str()); }
+
+  std::unique_ptr<Exporter> Make() {
+    ExporterOptions o;
+    o.state_path = dir_ + "/state.json";
+    auto x = Exporter::Create(paths_, o, [this](const nlohmann::json& r, const std::string&) { records_.push_back(r); });
+    EXPECT_TRUE(x.ok()) << x.status();
+    return x.ok() ? *std::move(x) : nullptr;
+  }
+  // What a holder does at the end of a window: ingest, then save the state.
+  void Window(Exporter& x) {
+    ASSERT_TRUE(IngestPending(paths_, x).ok());
+    ASSERT_TRUE(x.OnWindow({}, 0).ok());
+  }
+  static nlohmann::json Rec(uint64_t sandbox, int n) {
+    return {{"type", "dns"}, {"sandbox", {{"id", sandbox}}}, {"n", n}};
+  }
+  size_t PendingFiles() const {
+    size_t n = 0;
+    if (DIR* d = opendir(PendingDir(paths_).c_str())) {
+      while (dirent* e = readdir(d)) n += std::string(e->d_name).find(".jsonl") != std::string::npos;
+      closedir(d);
+    }
+    return n;
+  }
+
+  std::string dir_;
+  Paths paths_;
+  std::vector<nlohmann::json> records_;
+};
+
+TEST_F(UserEvents, LinesJoinTheOneSequenceExactlyOnceAcrossHolders) {
+  auto w = UserEventWriter::Open(paths_, "test");
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (int i = 0; i < 3; ++i) (*w)->Submit(Rec(5, i), 5);
+  (*w)->Flush();
+  {
+    auto x = Make();
+    Window(*x);
+  }
+  ASSERT_EQ(records_.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(records_[i]["n"], i);
+    EXPECT_EQ(records_[i]["seq"], i + 1);
+    EXPECT_EQ(records_[i]["schema"], kSchema);
+  }
+  // The writer lives on; a new holder reads only what came since.
+  for (int i = 3; i < 5; ++i) (*w)->Submit(Rec(5, i), 5);
+  (*w)->Flush();
+  {
+    auto x = Make();
+    Window(*x);
+  }
+  ASSERT_EQ(records_.size(), 5u);
+  EXPECT_EQ(records_[3]["n"], 3);
+  EXPECT_EQ(records_[3]["seq"], 4);
+  EXPECT_EQ(records_[4]["seq"], 5);
+  // The writer gone: its file is read to the end and removed.
+  w->reset();
+  EXPECT_EQ(PendingFiles(), 1u);
+  {
+    auto x = Make();
+    Window(*x);
+  }
+  EXPECT_EQ(records_.size(), 5u);
+  EXPECT_EQ(PendingFiles(), 0u);
+}
+
+TEST_F(UserEvents, AFullQueueIsCountedPerSandboxAndReported) {
+  auto w = UserEventWriter::Open(paths_, "test", {.max_queued_per_sandbox = 4, .max_queued = 1000});
+  ASSERT_TRUE(w.ok()) << w.status();
+  // Submitted faster than one writer thread can drain: at least some are
+  // turned away.  Whatever the split, lines + lost = submitted for each.
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    (*w)->Submit(Rec(1, i), 1);
+    (*w)->Submit(Rec(2, i), 2);
+  }
+  (*w)->Flush();
+  auto x = Make();
+  Window(*x);
+  std::map<uint64_t, uint64_t> lines, lost;
+  for (const auto& r : records_) {
+    const uint64_t id = r["sandbox"]["id"];
+    if (r["type"] == "loss") {
+      lost[id] += r["lost"].get<uint64_t>();
+      EXPECT_EQ(r["source"], "test");
+    } else {
+      ++lines[id];
+    }
+  }
+  EXPECT_EQ(lines[1] + lost[1], static_cast<uint64_t>(n));
+  EXPECT_EQ(lines[2] + lost[2], static_cast<uint64_t>(n));
+  EXPECT_GT(lost[1] + lost[2], 0u) << "a queue of 4 per sandbox never overflowed";
+  EXPECT_EQ((*w)->lost(), lost[1] + lost[2]);
+}
+
+TEST_F(UserEvents, ADeadWritersHalfLineIsALoss) {
+  ASSERT_EQ(mkdir((dir_ + "/audit").c_str(), 0700), 0);
+  ASSERT_EQ(mkdir(PendingDir(paths_).c_str(), 0700), 0);
+  // Unlocked (its writer is gone), one whole line and half of another.
+  std::ofstream(PendingDir(paths_) + "/1-2.jsonl") << Rec(3, 0).dump() << "\n{\"type\":\"dn";
+  auto x = Make();
+  Window(*x);
+  ASSERT_EQ(records_.size(), 2u);
+  EXPECT_EQ(records_[0]["n"], 0);
+  EXPECT_EQ(records_[1]["type"], "loss");
+  EXPECT_EQ(records_[1]["lost"], 1);
+  EXPECT_EQ(PendingFiles(), 0u);
+}
+
+TEST_F(UserEvents, TheSandboxsLabelsAreAdded) {
+  control::SandboxRecords records(paths_);
+  ASSERT_EQ(mkdir(records.dir().c_str(), 0700), 0);
+  control::SandboxRecord rec;
+  rec.cgroup_id = 77;
+  rec.labels = {{"pod", "web-1"}, {"namespace", "ci"}, {"task", "T-1"}};
+  ASSERT_TRUE(records.Write(rec).ok());
+  auto w = UserEventWriter::Open(paths_, "test");
+  ASSERT_TRUE(w.ok());
+  (*w)->Submit(Rec(77, 0), 77);
+  (*w)->Flush();
+  auto x = Make();
+  Window(*x);
+  ASSERT_EQ(records_.size(), 1u);
+  EXPECT_EQ(records_[0]["pod"]["name"], "web-1") << records_[0].dump();
+  EXPECT_EQ(records_[0]["pod"]["namespace"], "ci");
+  EXPECT_EQ(records_[0]["task"], "T-1");
+  EXPECT_EQ(records_[0]["sandbox"]["labels"]["pod"], "web-1");
+}
+
+TEST_F(UserEvents, NothingIsWrittenWhereEgressdNeverRan) {
+  paths_.runtime_dir = dir_ + "/never";
+  WriteOneUserEvent(paths_, EngineJson("stopped", nullptr), 0);
+  EXPECT_NE(access(paths_.runtime_dir.c_str(), F_OK), 0);
+}
+
+TEST(DnsRecord, CarriesHubblesNamesAndWhatWasLearnedAndRefused) {
+  dns::QueryEvent e;
+  e.sandbox_id = 9;
+  e.realtime_ns = 1'700'000'000'000'000'000ull;
+  e.parsed = true;
+  e.qname = "www.example.com";
+  e.qtype = 1;
+  e.allowed = true;
+  e.reason = "name-in-scope";
+  e.rule = "*.example.com";
+  e.rcode = 0;
+  e.answers = {{"www.example.com", 5, 300, "edge.example.net"}, {"edge.example.net", 1, 60, "192.0.2.10"}};
+  e.learned = {{*net::IpAddr::Parse("192.0.2.10"), 60}};
+  e.refused = {{*net::IpAddr::Parse("169.254.169.254"), "protected"}};
+  e.upstream_ns = 1234567;
+  nlohmann::json j = DnsJson(e);
+  EXPECT_EQ(j["type"], "dns");
+  EXPECT_EQ(j["verdict"], "allow");
+  EXPECT_EQ(j["sandbox"]["id"], 9);
+  EXPECT_EQ(j["dns"]["query"], "www.example.com.");
+  EXPECT_EQ(j["dns"]["qtypes"], nlohmann::json::array({"A"}));
+  EXPECT_EQ(j["dns"]["rcode"], 0);
+  EXPECT_EQ(j["dns"]["rcode_name"], "NOERROR");
+  EXPECT_EQ(j["dns"]["ips"], nlohmann::json::array({"192.0.2.10"}));
+  EXPECT_EQ(j["dns"]["cnames"], nlohmann::json::array({"edge.example.net."}));
+  EXPECT_EQ(j["dns"]["ttl"], 60);
+  EXPECT_EQ(j["dns"]["transport"], "udp");
+  EXPECT_EQ(j["dns"]["rule"], "*.example.com");
+  EXPECT_EQ(j["dns"]["learned"][0]["ip"], "192.0.2.10");
+  EXPECT_EQ(j["dns"]["refused"][0]["ip"], "169.254.169.254");
+  EXPECT_EQ(j["dns"]["refused"][0]["why"], "protected");
+  EXPECT_EQ(j["dns"]["upstream_latency_ns"], 1234567);
+
+  dns::QueryEvent d;
+  d.parsed = true;
+  d.qname = "denied.example";
+  d.qtype = 28;
+  d.reason = "name-not-in-scope";
+  d.rcode = 3;
+  d.over_tcp = true;
+  nlohmann::json k = DnsJson(d);
+  EXPECT_EQ(k["verdict"], "deny");
+  EXPECT_EQ(k["dns"]["rcode_name"], "NXDOMAIN");
+  EXPECT_EQ(k["dns"]["qtypes"], nlohmann::json::array({"AAAA"}));
+  EXPECT_EQ(k["dns"]["transport"], "tcp");
+  EXPECT_FALSE(k["dns"].contains("upstream_latency_ns"));
+}
+
+}  // namespace
+}  // namespace egressd::audit

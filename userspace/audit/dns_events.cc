@@ -1,0 +1,98 @@
+#include "userspace/audit/dns_events.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "userspace/audit/record.h"
+
+namespace egressd::audit {
+
+std::string QtypeName(uint16_t t) {
+  switch (t) {
+    case 1: return "A";
+    case 2: return "NS";
+    case 5: return "CNAME";
+    case 6: return "SOA";
+    case 12: return "PTR";
+    case 15: return "MX";
+    case 16: return "TXT";
+    case 28: return "AAAA";
+    case 33: return "SRV";
+    case 35: return "NAPTR";
+    case 41: return "OPT";
+    case 43: return "DS";
+    case 48: return "DNSKEY";
+    case 64: return "SVCB";
+    case 65: return "HTTPS";
+    case 99: return "SPF";
+    case 252: return "AXFR";
+    case 255: return "ANY";
+    case 257: return "CAA";
+  }
+  return absl::StrCat("TYPE", t);
+}
+
+std::string RcodeName(uint8_t r) {
+  switch (r) {
+    case 0: return "NOERROR";
+    case 1: return "FORMERR";
+    case 2: return "SERVFAIL";
+    case 3: return "NXDOMAIN";
+    case 4: return "NOTIMP";
+    case 5: return "REFUSED";
+  }
+  return absl::StrCat("RCODE", r);
+}
+
+nlohmann::json DnsJson(const dns::QueryEvent& e) {
+  nlohmann::json j;
+  j["schema"] = kSchema;
+  j["time"] = FormatTime(e.realtime_ns);
+  j["type"] = "dns";
+  j["verdict"] = e.allowed ? "allow" : "deny";
+  j["reason"] = e.reason;
+  j["sandbox"]["id"] = e.sandbox_id;
+  nlohmann::json& d = j["dns"];
+  d["transport"] = e.over_tcp ? "tcp" : "udp";
+  if (e.parsed) {
+    // Hubble writes the question as a fully qualified name.
+    d["query"] = absl::StrCat(e.qname, ".");
+    d["qtypes"] = nlohmann::json::array({QtypeName(e.qtype)});
+  }
+  if (!e.rule.empty()) d["rule"] = e.rule;
+  if (e.rcode) {
+    d["rcode"] = *e.rcode;
+    d["rcode_name"] = RcodeName(*e.rcode);
+  }
+  if (e.truncated) d["truncated"] = true;
+  nlohmann::json ips = nlohmann::json::array(), cnames = nlohmann::json::array(),
+                 answers = nlohmann::json::array();
+  std::optional<uint32_t> ttl;
+  for (const auto& a : e.answers) {
+    nlohmann::json r = {{"name", absl::StrCat(a.name, ".")}, {"type", QtypeName(a.type)}, {"ttl", a.ttl}};
+    if (!a.data.empty()) r["data"] = a.type == 5 ? absl::StrCat(a.data, ".") : a.data;
+    answers.push_back(std::move(r));
+    if (a.type == 5) cnames.push_back(absl::StrCat(a.data, "."));
+    if ((a.type == 1 || a.type == 28) && !a.data.empty()) ips.push_back(a.data);
+    ttl = ttl ? std::min(*ttl, a.ttl) : a.ttl;
+  }
+  if (e.rcode) {
+    d["ips"] = ips;
+    d["cnames"] = cnames;
+    d["answers"] = answers;
+    if (ttl) d["ttl"] = *ttl;  // the smallest of the answer's records
+  }
+  if (!e.learned.empty()) {
+    d["learned"] = nlohmann::json::array();
+    for (const auto& l : e.learned) d["learned"].push_back({{"ip", l.addr.ToString()}, {"ttl", l.ttl}});
+  }
+  if (!e.refused.empty()) {
+    d["refused"] = nlohmann::json::array();
+    for (const auto& r : e.refused) d["refused"].push_back({{"ip", r.addr.ToString()}, {"why", r.why}});
+  }
+  if (e.upstream_ns) d["upstream_latency_ns"] = *e.upstream_ns;
+  if (!e.upstream_error.empty()) d["upstream_error"] = e.upstream_error;
+  return j;
+}
+
+}  // namespace egressd::audit

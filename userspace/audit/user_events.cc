@@ -1,0 +1,319 @@
+#include "userspace/audit/user_events.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "userspace/audit/exporter.h"
+#include "userspace/audit/reader_lock.h"
+#include "userspace/audit/record.h"
+#include "userspace/common/errors.h"
+
+namespace egressd::audit {
+namespace {
+
+constexpr const char* kSuffix = ".jsonl";
+
+uint64_t RealtimeNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+std::string Dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// A loss record of the channel: `lost` records of `sandbox_id` (0: none
+// could be named) that never reached the stream.
+nlohmann::json ChannelLoss(const std::string& source, uint64_t sandbox_id, uint64_t lost, const std::string& why) {
+  nlohmann::json j = LossJson(sandbox_id, lost, RealtimeNs(), std::nullopt);
+  j["source"] = source;
+  j["why"] = why;
+  return j;
+}
+
+}  // namespace
+
+std::string PendingDir(const Paths& paths) { return AuditDir(paths) + "/pending"; }
+
+absl::StatusOr<std::unique_ptr<UserEventWriter>> UserEventWriter::Open(const Paths& paths, std::string source,
+                                                                       UserEventOptions options) {
+  const std::string dir = PendingDir(paths);
+  EGR_RETURN_IF_ERROR(MakeDirs(dir, 0700));
+  uint32_t nonce = 0;
+  (void)getrandom(&nonce, sizeof(nonce), 0);
+  const std::string name = absl::StrCat(getpid(), "-", nonce);
+  const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
+  std::unique_ptr<UserEventWriter> w(new UserEventWriter());
+  w->source_ = std::move(source);
+  w->options_ = options;
+  w->path_ = absl::StrCat(dir, "/", name, kSuffix);
+  int fd = open(tmp.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create ", tmp));
+  w->fd_.reset(fd);
+  // Locked before it has its name: the holder never sees the file of a live
+  // writer unlocked (that is how it knows a writer is gone).
+  if (flock(fd, LOCK_EX) != 0) return ErrnoStatus(errno, absl::StrCat("flock ", tmp));
+  if (rename(tmp.c_str(), w->path_.c_str()) != 0) return ErrnoStatus(errno, absl::StrCat("rename to ", w->path_));
+  w->thread_ = std::thread([raw = w.get()] { raw->Loop(); });
+  return w;
+}
+
+UserEventWriter::~UserEventWriter() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (lost_) spdlog::warn("audit: {} of {}'s records lost (queue full or write failed), each counted in a loss record", lost_, source_);
+}
+
+void UserEventWriter::Submit(nlohmann::json record, uint64_t sandbox_id) {
+  // Serialised here, in the caller's thread, so the writer thread holds no
+  // reference into the caller's objects.
+  std::string line = Dump(record);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ++submitted_;
+    size_t& mine = queued_[sandbox_id];
+    if (mine >= options_.max_queued_per_sandbox || queue_.size() >= options_.max_queued) {
+      ++unreported_[sandbox_id];
+      ++lost_;
+      ++done_;
+      return;
+    }
+    ++mine;
+    queue_.push_back(Item{std::move(line), sandbox_id});
+  }
+  wake_.notify_one();
+}
+
+void UserEventWriter::Flush() {
+  std::unique_lock<std::mutex> l(mu_);
+  const uint64_t target = submitted_;
+  // One whole pass of the writer after this call: it wrote what was queued
+  // and tried to report what was lost.
+  const uint64_t pass = passes_ + 1;
+  flush_until_ = std::max(flush_until_, pass);
+  wake_.notify_one();
+  drained_.wait(l, [&] { return done_ >= target && passes_ >= pass; });
+}
+
+uint64_t UserEventWriter::written() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return written_;
+}
+
+uint64_t UserEventWriter::lost() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return lost_;
+}
+
+bool UserEventWriter::WriteLine(const std::string& line) {
+  const std::string text = line + "\n";
+  // One write() of a whole line on an O_APPEND file: the holder reads whole
+  // lines or none (a short write is retried from where it stopped; only a
+  // writer killed in between leaves half a line, which the holder counts).
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = write(fd_.get(), text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (off > 0) {
+        // Half a line is worse than none: end it so the next one parses.
+        (void)!write(fd_.get(), "\n", 1);
+      }
+      return false;
+    }
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void UserEventWriter::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  bool report_failed = false;
+  for (;;) {
+    auto ready = [&] {
+      return stop_ || !queue_.empty() || passes_ < flush_until_ || (!unreported_.empty() && !report_failed);
+    };
+    // A loss record that could not be written is tried again a second later
+    // (or with the next line), not in a busy loop.
+    if (report_failed) {
+      wake_.wait_for(l, std::chrono::seconds(1), ready);
+    } else {
+      wake_.wait(l, ready);
+    }
+    report_failed = false;
+    while (!queue_.empty()) {
+      Item item = std::move(queue_.front());
+      queue_.pop_front();
+      l.unlock();
+      const bool ok = WriteLine(item.line);
+      l.lock();
+      if (--queued_[item.sandbox_id] == 0) queued_.erase(item.sandbox_id);
+      if (ok) {
+        ++written_;
+      } else {
+        ++lost_;
+        ++unreported_[item.sandbox_id];
+      }
+      ++done_;
+    }
+    // What could not be queued or written, as loss records, once writing
+    // works again.
+    for (auto it = unreported_.begin(); it != unreported_.end();) {
+      const std::string line = Dump(ChannelLoss(source_, it->first, it->second, "queue full or write failed"));
+      l.unlock();
+      const bool ok = WriteLine(line);
+      l.lock();
+      if (!ok) {
+        report_failed = true;
+        break;
+      }
+      it = unreported_.erase(it);
+    }
+    ++passes_;
+    drained_.notify_all();
+    if (stop_ && queue_.empty()) {
+      if (!unreported_.empty()) {
+        uint64_t n = 0;
+        for (const auto& [id, c] : unreported_) n += c;
+        spdlog::error("audit: {} of {}'s records lost and not reported in the stream: {} unwritable", n, source_,
+                      path_);
+      }
+      return;
+    }
+  }
+}
+
+void AddSandboxLabels(nlohmann::json& j, const std::optional<SandboxInfo>& sb) {
+  if (!sb) return;
+  j["sandbox"]["labels"] = sb->labels;
+  auto put = [&](const char* label, nlohmann::json& at) {
+    auto it = sb->labels.find(label);
+    if (it != sb->labels.end()) at = it->second;
+  };
+  if (sb->labels.count("pod")) put("pod", j["pod"]["name"]);
+  if (sb->labels.count("namespace")) put("namespace", j["pod"]["namespace"]);
+  if (sb->labels.count("task")) put("task", j["task"]);
+  if (sb->labels.count("run")) put("run", j["run"]);
+}
+
+void WriteOneUserEvent(const Paths& paths, nlohmann::json record, uint64_t sandbox_id) {
+  if (access(paths.runtime_dir.c_str(), F_OK) != 0) return;
+  auto w = UserEventWriter::Open(paths, "egressctl");
+  if (!w.ok()) {
+    spdlog::warn("audit: {} not recorded: {}", record.value("type", "event"), w.status().ToString());
+    return;
+  }
+  (*w)->Submit(std::move(record), sandbox_id);
+  (*w)->Flush();
+}
+
+absl::Status IngestPending(const Paths& paths, Exporter& exporter) {
+  const std::string dir = PendingDir(paths);
+  DIR* d = opendir(dir.c_str());
+  if (!d) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return ErrnoStatus(errno, absl::StrCat("open ", dir));
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n[0] != '.' && absl::EndsWith(n, kSuffix)) names.push_back(n);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  nlohmann::json& offsets = exporter.pending_offsets();
+  // Files gone since (removed by an earlier holder) no longer need an offset.
+  for (auto it = offsets.begin(); it != offsets.end();) {
+    if (!std::binary_search(names.begin(), names.end(), it.key())) {
+      it = offsets.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Every file's new lines first, then emitted in the order of their `time`
+  // (several processes write at once; within one window their records come
+  // out as they happened), then the offsets moved and finished files removed.
+  struct Pending {
+    std::string time;
+    nlohmann::json record;
+  };
+  std::vector<Pending> ready;
+  struct Done {
+    std::string name, path;
+    uint64_t offset;
+    bool remove;
+  };
+  std::vector<Done> done;
+  for (const std::string& name : names) {
+    const std::string path = absl::StrCat(dir, "/", name);
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) continue;
+      return ErrnoStatus(errno, absl::StrCat("open ", path));
+    }
+    UniqueFd f(fd);
+    // Taken before reading: once it is ours, the writer is gone and the file
+    // will not grow, so what is read now is all of it.
+    const bool writer_gone = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    uint64_t offset = offsets.value(name, uint64_t{0});
+    if (lseek(fd, static_cast<off_t>(offset), SEEK_SET) < 0) return ErrnoStatus(errno, absl::StrCat("seek ", path));
+    std::string buf;
+    char chunk[65536];
+    for (;;) {
+      ssize_t n = read(fd, chunk, sizeof(chunk));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoStatus(errno, absl::StrCat("read ", path));
+      if (n == 0) break;
+      buf.append(chunk, n);
+    }
+    size_t start = 0, nl;
+    while ((nl = buf.find('\n', start)) != std::string::npos) {
+      std::string_view line(buf.data() + start, nl - start);
+      start = nl + 1;
+      if (line.empty()) continue;
+      nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
+      if (r.is_discarded() || !r.is_object()) r = ChannelLoss("pending " + name, 0, 1, "a line that is not JSON");
+      std::string time = r.contains("time") && r["time"].is_string() ? r["time"].get<std::string>() : "";
+      ready.push_back(Pending{std::move(time), std::move(r)});
+    }
+    // A writer killed mid-line: that record is lost, and says so.
+    if (writer_gone && start < buf.size()) {
+      nlohmann::json loss = ChannelLoss("pending " + name, 0, 1, "its writer died writing it");
+      std::string time = loss["time"];
+      ready.push_back(Pending{std::move(time), std::move(loss)});
+    }
+    done.push_back(Done{name, path, offset + start, writer_gone});
+  }
+  std::stable_sort(ready.begin(), ready.end(), [](const Pending& a, const Pending& b) { return a.time < b.time; });
+  for (Pending& p : ready) EGR_RETURN_IF_ERROR(exporter.OnUserRecord(std::move(p.record)));
+  for (const Done& d : done) {
+    if (d.remove) {
+      if (unlink(d.path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus(errno, absl::StrCat("remove ", d.path));
+      offsets.erase(d.name);
+    } else {
+      offsets[d.name] = d.offset;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace egressd::audit

@@ -1,0 +1,112 @@
+// The channel by which user-space sources (the DNS proxy, egressctl's
+// lifecycle commands) put records into the one numbered audit stream the
+// reader-lock holder writes (exporter.h).
+//
+// Each writing process appends whole JSON lines to a pending file of its own,
+// <runtime_dir>/audit/pending/<pid>-<nonce>.jsonl, which it holds an flock on
+// for as long as it may write.  The holder ingests every pending file from
+// the offset it persisted in its state (so across holders nothing is read
+// twice or skipped), gives each line the stream's next `seq` and the
+// sandbox's labels, and removes a file once its writer is gone (the lock is
+// free) and all of it is read.
+//
+// Nothing is lost silently: a line that could not be queued (the bounded
+// queue of a sandbox is full) or written (the file system refused it) is
+// counted per sandbox and becomes a `loss` record (`source` names the
+// channel) as soon as a write succeeds again; a dead writer's half-written
+// last line becomes a loss record of the holder.  The source never waits on
+// audit: Submit() takes a mutex for a push and returns.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "userspace/audit/record.h"
+#include "userspace/common/node.h"
+#include "userspace/common/unique_fd.h"
+
+namespace egressd::audit {
+
+class Exporter;
+
+// <runtime_dir>/audit/pending
+std::string PendingDir(const Paths& paths);
+
+struct UserEventOptions {
+  size_t max_queued_per_sandbox = 4096;  // lines one sandbox may have waiting
+  size_t max_queued = 65536;             // lines of all sandboxes waiting
+};
+
+// One process's writer: a bounded queue drained by a thread of its own into
+// the process's pending file.
+class UserEventWriter {
+ public:
+  // `source`: what the loss records of this writer call it ("dns-proxy",
+  // "egressctl").
+  static absl::StatusOr<std::unique_ptr<UserEventWriter>> Open(const Paths& paths, std::string source,
+                                                               UserEventOptions options = {});
+  ~UserEventWriter();  // writes what is queued, then releases the file
+  UserEventWriter(const UserEventWriter&) = delete;
+  UserEventWriter& operator=(const UserEventWriter&) = delete;
+
+  // Queues `record` (schema and time already set; sandbox 0: none).  Never
+  // blocks on I/O; a record that does not fit is counted as lost.
+  void Submit(nlohmann::json record, uint64_t sandbox_id);
+  // Returns once everything submitted before the call is written (or
+  // counted as lost): egressctl run calls it before its audit reader's last
+  // window, so its sandbox's lines are all in that window.
+  void Flush();
+
+  uint64_t written() const;
+  uint64_t lost() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  UserEventWriter() = default;
+  void Loop();
+  bool WriteLine(const std::string& line);
+
+  std::string source_, path_;
+  UserEventOptions options_;
+  UniqueFd fd_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_, drained_;
+  struct Item {
+    std::string line;
+    uint64_t sandbox_id;
+  };
+  std::deque<Item> queue_;
+  std::map<uint64_t, size_t> queued_;    // per sandbox
+  std::map<uint64_t, uint64_t> unreported_;  // lost, not yet in a loss record
+  uint64_t submitted_ = 0, done_ = 0, written_ = 0, lost_ = 0;
+  uint64_t passes_ = 0, flush_until_ = 0;  // writer passes done, and asked for
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// For short-lived commands (load, sandbox add): one record written at once
+// through a writer opened for it.  Failures are logged, never fatal: the
+// command's own outcome does not depend on audit.  Nothing is written where
+// the runtime directory does not exist (egressd never ran on this node: a
+// refused command leaves it as it was).
+void WriteOneUserEvent(const Paths& paths, nlohmann::json record, uint64_t sandbox_id);
+
+// The sandbox's labels as kernel records carry them (`sandbox.labels`,
+// `pod.name`, `pod.namespace`, `task`, `run`), added at ingestion.
+void AddSandboxLabels(nlohmann::json& record, const std::optional<SandboxInfo>& sandbox);
+
+// The holder's side: reads every pending file from its persisted offset and
+// hands each line to the exporter; the offsets ({file name: offset}) live in
+// the exporter's state, saved with its `seq` at the end of each window.
+absl::Status IngestPending(const Paths& paths, Exporter& exporter);
+
+}  // namespace egressd::audit
