@@ -4,8 +4,13 @@
 // sandbox's DNS records too, and `egressctl audit suggest` on that real
 // stream giving a declaration `egressctl policy check` accepts.  Clients:
 // getent, dig and egressd-probe (the 6.1 guest carries them; no python3).
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <map>
 
 #include <fstream>
 #include <set>
@@ -242,6 +247,62 @@ TEST_F(AuditDns, SuggestFromARealStreamPassesPolicyCheck) {
   for (const auto& j : ParseLines(Slurp(g))) {
     if (j["type"] == "dns" || j["type"] == "connect") EXPECT_EQ(j["verdict"], "allow") << j.dump();
   }
+}
+
+// `egressctl dns serve` (a pod registered with `sandbox add` and its
+// endpoint on the pod gateway): its records reach `egressctl audit
+// --sandbox ID` with the sandbox's labels, as the kernel's do.
+TEST_F(AuditDns, DnsServesRecordsReachEveryReader) {
+  auto cg = lab().MakeCgroup("auditdns-served");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  struct stat st {};
+  ASSERT_EQ(stat(cg->c_str(), &st), 0);
+  const uint64_t id = st.st_ino;
+  RunResult add = Shared().Ctl({"sandbox", "add", "--cgroup", *cg, "--dns-endpoint4", lab::kPodGatewayV4,
+                                "--egress", kAllowed, "--label", "pod=served"});
+  ASSERT_EQ(add.exit_code, 0) << add.Describe();
+  struct Remove {
+    std::string cg;
+    ~Remove() { Shared().Ctl({"sandbox", "remove", "--cgroup", cg}); }
+  } remove{*cg};
+  lab::RunSpec spec;
+  spec.argv = {lab::BinaryPath("egressctl"), "dns", "serve", "--upstream-dns", kUpstream};
+  spec.netns = lab().node_netns();
+  spec.env = Shared().CtlEnv();
+  auto serve = lab::Start(spec);
+  ASSERT_TRUE(serve.ok()) << serve.status();
+  for (;;) {
+    auto line = serve->ReadOutLine(std::chrono::seconds(10));
+    ASSERT_TRUE(line) << "dns serve never said ready: " << serve->err();
+    if (absl::StartsWith(*line, "ready:")) break;
+  }
+  for (const char* name : {kAllowed, kDenied}) {
+    lab::RunSpec dig;
+    dig.argv = {"dig", "+time=2", "+tries=1", "@8.8.8.8", name};
+    dig.netns = lab().pod().netns;
+    dig.cgroup = *cg;
+    RunResult r = lab::Run(dig);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  }
+  // SIGTERM: the proxy stops and its writer writes what it queued.
+  ASSERT_EQ(kill(serve->pid(), SIGTERM), 0);
+  RunResult served = serve->Wait();
+  EXPECT_EQ(served.exit_code, 0) << served.Describe();
+  RunResult a = Shared().Ctl({"audit", "--sandbox", std::to_string(id)});
+  ASSERT_EQ(a.exit_code, 0) << a.Describe();
+  std::map<std::string, nlohmann::json> dns;
+  for (const auto& j : ParseLines(a.out)) {
+    EXPECT_EQ(j["sandbox"]["id"], id) << j.dump();
+    if (j["type"] == "dns") dns[j["dns"].value("query", "")] = j;
+  }
+  ASSERT_EQ(dns.size(), 2u) << a.out;
+  const auto& allowed = dns[absl::StrCat(kAllowed, ".")];
+  EXPECT_EQ(allowed["verdict"], "allow") << allowed.dump();
+  EXPECT_EQ(allowed["dns"]["ips"], nlohmann::json::array({kAllowed4})) << allowed.dump();
+  EXPECT_EQ(allowed["pod"]["name"], "served") << allowed.dump();
+  const auto& denied = dns[absl::StrCat(kDenied, ".")];
+  EXPECT_EQ(denied["verdict"], "deny") << denied.dump();
+  EXPECT_EQ(denied["dns"]["rcode_name"], "NXDOMAIN") << denied.dump();
 }
 
 }  // namespace
