@@ -90,14 +90,15 @@ void UserEventWriter::Submit(nlohmann::json record, uint64_t sandbox_id) {
   {
     std::lock_guard<std::mutex> l(mu_);
     ++submitted_;
-    size_t& mine = queued_[sandbox_id];
-    if (mine >= options_.max_queued_per_sandbox || queue_.size() >= options_.max_queued) {
+    auto mine = queued_.find(sandbox_id);
+    const size_t waiting = mine == queued_.end() ? 0 : mine->second;
+    if (waiting >= options_.max_queued_per_sandbox || queue_.size() >= options_.max_queued) {
       ++unreported_[sandbox_id];
       ++lost_;
       ++done_;
       return;
     }
-    ++mine;
+    ++queued_[sandbox_id];
     queue_.push_back(Item{std::move(line), sandbox_id});
   }
   wake_.notify_one();
