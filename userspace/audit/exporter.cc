@@ -54,30 +54,83 @@ uint64_t ReadProgress(const Paths& paths) {
   return v;
 }
 
-Exporter::Exporter(const Paths& paths, ExporterOptions options, Sink sink)
-    : paths_(paths), options_(std::move(options)), sink_(std::move(sink)), records_(paths) {}
+Exporter::Exporter(const Paths& paths, ExporterOptions options, LineSink sink)
+    : paths_(paths), options_(std::move(options)), sink_(std::move(sink)), records_(paths) {
+  line_.reserve(1024);
+}
 
 absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Create(const Paths& paths, ExporterOptions options,
-                                                           Sink sink) {
+                                                           LineSink sink) {
   std::unique_ptr<Exporter> x(new Exporter(paths, std::move(options), std::move(sink)));
   x->RefreshClock();
   EGR_RETURN_IF_ERROR(x->LoadState());
   return x;
 }
 
+absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Create(const Paths& paths, ExporterOptions options,
+                                                           Sink sink) {
+  LineSink parsed;
+  if (sink) {
+    parsed = [sink = std::move(sink)](const LineMeta&, const std::string& line) {
+      sink(nlohmann::json::parse(line), line);
+    };
+  }
+  return Create(paths, std::move(options), std::move(parsed));
+}
+
 void Exporter::RefreshClock() { offset_ns_ = ClockNs(CLOCK_REALTIME) - ClockNs(CLOCK_BOOTTIME); }
 
-absl::Status Exporter::LoadState() {
-  if (options_.state_path.empty()) return absl::OkStatus();
-  std::ifstream in(options_.state_path);
-  if (!in) return absl::OkStatus();  // first run
+namespace {
+
+absl::StatusOr<nlohmann::json> ReadState(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json::object();  // first run
   std::stringstream text;
   text << in.rdbuf();
   nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
-    return absl::DataLossError(absl::StrCat(options_.state_path, ": not the audit state (JSON object)"));
+    return absl::DataLossError(absl::StrCat(path, ": not the audit state (JSON object)"));
   }
-  seq_ = j.value("seq", uint64_t{0});
+  return j;
+}
+
+void ReadTotals(const nlohmann::json& j, ExportTotals& t) {
+  t.lines = j.value("seq", uint64_t{0});
+  t.lost = j.value("lost_total", uint64_t{0});
+  t.gaps = j.value("gap_total", uint64_t{0});
+  // [kind, action, reason, occurrences] rows; absent in older state files.
+  if (j.contains("occurrences") && j["occurrences"].is_array()) {
+    for (const auto& row : j["occurrences"]) {
+      if (!row.is_array() || row.size() != 4) continue;
+      t.occurrences[{row[0].get<uint8_t>(), row[1].get<uint8_t>(), row[2].get<uint8_t>()}] = row[3].get<uint64_t>();
+    }
+  }
+}
+
+}  // namespace
+
+std::string StatePath(const Paths& paths) { return AuditDir(paths) + "/state.json"; }
+
+absl::StatusOr<ExportTotals> ReadExportTotals(const std::string& state_path) {
+  EGR_ASSIGN_OR_RETURN(nlohmann::json j, ReadState(state_path));
+  ExportTotals t;
+  try {
+    ReadTotals(j, t);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(state_path, ": ", e.what()));
+  }
+  return t;
+}
+
+absl::Status Exporter::LoadState() {
+  if (options_.state_path.empty()) return absl::OkStatus();
+  EGR_ASSIGN_OR_RETURN(nlohmann::json j, ReadState(options_.state_path));
+  ExportTotals t;
+  ReadTotals(j, t);
+  seq_ = t.lines;
+  lost_total_ = t.lost;
+  gap_total_ = t.gaps;
+  occurrences_ = std::move(t.occurrences);
   if (j.contains("cpus")) {
     for (auto& [cpu, next] : j["cpus"].items()) cpus_[std::stoul(cpu)].next = next.get<uint64_t>();
   }
@@ -96,47 +149,71 @@ absl::Status Exporter::SaveState() const {
     j["cpus"][std::to_string(cpu)] = next;
   }
   j["pending"] = pending_;
+  j["occurrences"] = nlohmann::json::array();
+  for (const auto& [k, n] : occurrences_) j["occurrences"].push_back({k.kind, k.action, k.reason, n});
+  j["lost_total"] = lost_total_;
+  j["gap_total"] = gap_total_;
   return WriteFileAtomically(options_.state_path, j.dump() + "\n");
 }
 
-const std::optional<SandboxInfo>& Exporter::Sandbox(uint64_t id) {
-  auto it = sandboxes_.find(id);
-  if (it != sandboxes_.end() && it->second) return it->second;
-  std::optional<SandboxInfo> info;
-  auto rec = records_.Load(id);
-  if (rec.ok() && rec->has_value()) info = SandboxInfo{(*rec)->labels};
-  // A sandbox without a record yet is looked up again next time.
-  return sandboxes_[id] = std::move(info);
+Exporter::SandboxCache& Exporter::Cached(uint64_t id) {
+  if (last_sandbox_ && last_sandbox_id_ == id) return *last_sandbox_;
+  auto [it, fresh] = sandboxes_.try_emplace(id);
+  SandboxCache& c = it->second;
+  if (fresh) {
+    auto rec = records_.Load(id);
+    if (rec.ok() && rec->has_value()) c.info = SandboxInfo{(*rec)->labels};
+    c.encoded = EncodeSandbox(id, c.info);
+    c.counted = &counted_[id];
+  }
+  last_sandbox_ = &c;
+  last_sandbox_id_ = id;
+  return c;
 }
 
+const std::optional<SandboxInfo>& Exporter::Sandbox(uint64_t id) { return Cached(id).info; }
+
 absl::Status Exporter::Emit(nlohmann::json record, uint64_t sandbox_id, bool every_spool) {
-  const std::string line = Line(record, ++seq_);
-  if (sink_) sink_(record, line);
+  line_ = Line(record, ++seq_);
+  return EmitLine(sandbox_id, every_spool);
+}
+
+absl::Status Exporter::EmitLine(uint64_t sandbox_id, bool every_spool) {
+  if (sink_) sink_(LineMeta{sandbox_id, every_spool}, line_);
   if (options_.spool_dir.empty()) return absl::OkStatus();
-  const std::string text = line + "\n";
-  auto spool = [&](uint64_t id) -> absl::Status {
-    auto it = spools_.find(id);
-    if (it == spools_.end()) {
-      const std::string path = SpoolPath(paths_, id);
-      int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-      if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open spool ", path));
-      it = spools_.emplace(id, UniqueFd(fd)).first;
-    }
-    // One write of a whole line on an O_APPEND file: a tailing reader
-    // never sees half of one line followed by another.
-    if (write(it->second.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
-      return ErrnoStatus(errno, absl::StrCat("write spool ", SpoolPath(paths_, id)));
-    return absl::OkStatus();
-  };
-  EGR_RETURN_IF_ERROR(spool(0));
+  line_.push_back('\n');
+  EGR_RETURN_IF_ERROR(Spool(0));
   if (every_spool) {
     std::vector<uint64_t> ids;
-    for (const auto& [id, fd] : spools_) {
+    for (const auto& [id, f] : spools_) {
       if (id) ids.push_back(id);
     }
-    for (uint64_t id : ids) EGR_RETURN_IF_ERROR(spool(id));
+    for (uint64_t id : ids) EGR_RETURN_IF_ERROR(Spool(id));
   } else if (sandbox_id) {
-    EGR_RETURN_IF_ERROR(spool(sandbox_id));
+    EGR_RETURN_IF_ERROR(Spool(sandbox_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Exporter::Spool(uint64_t id) {
+  auto it = spools_.find(id);
+  if (it == spools_.end()) {
+    it = spools_.emplace(id, SpoolFile{SpoolWriter(SpoolPath(paths_, id), options_.spool_limits), {}}).first;
+  }
+  it->second.pending += line_;
+  // A batch is written whole at Flush(); a very large one in pieces of
+  // whole lines.
+  if (it->second.pending.size() >= (1u << 20)) return Flush();
+  return absl::OkStatus();
+}
+
+absl::Status Exporter::Flush() {
+  for (auto& [id, f] : spools_) {
+    if (f.pending.empty()) continue;
+    // One write of whole lines on an O_APPEND file, rotation only between
+    // batches: a tailing reader never sees half of one line.
+    EGR_RETURN_IF_ERROR(f.writer.Append(f.pending));
+    f.pending.clear();
   }
   return absl::OkStatus();
 }
@@ -147,6 +224,7 @@ absl::Status Exporter::OnEvent(const egr_event& e) {
     c.next = e.seq + 1;
   } else if (e.seq > c.next) {
     if (e.seq - c.next > kMaxPendingGap) {
+      gap_total_ += e.seq - c.next;
       EGR_RETURN_IF_ERROR(Emit(GapJson(e.cpu, c.next, e.seq - 1, Realtime(BootNowNs())), 0, true));
     } else {
       for (uint64_t s = c.next; s < e.seq; ++s) c.missing.emplace(s, 0);
@@ -157,8 +235,12 @@ absl::Status Exporter::OnEvent(const egr_event& e) {
     c.missing.clear();
     c.next = e.seq + 1;
   }
-  counted_[e.key.sandbox_id] += 1;
-  return Emit(EventJson(e, Realtime(e.boot_ns), Sandbox(e.key.sandbox_id)), e.key.sandbox_id, false);
+  SandboxCache& sb = Cached(e.key.sandbox_id);
+  *sb.counted += 1;
+  ++occurrences_[{e.key.kind, e.key.action, e.key.reason}];
+  line_.clear();
+  AppendEventLine(line_, e, Realtime(e.boot_ns), sb.encoded, ++seq_);
+  return EmitLine(e.key.sandbox_id, false);
 }
 
 absl::Status Exporter::OnUserRecord(nlohmann::json record) {
@@ -173,13 +255,17 @@ absl::Status Exporter::OnWindow(const maps::WindowCounts& w, uint64_t closed_boo
   RefreshClock();
   const uint64_t now = Realtime(BootNowNs());
   for (const auto& [k, v] : w.folds) {
-    counted_[k.sandbox_id] += v.count;
-    EGR_RETURN_IF_ERROR(
-        Emit(SummaryJson(k, v, Realtime(v.first_boot_ns), now, Sandbox(k.sandbox_id)), k.sandbox_id, false));
+    SandboxCache& sb = Cached(k.sandbox_id);
+    *sb.counted += v.count;
+    occurrences_[{k.kind, k.action, k.reason}] += v.count;
+    line_.clear();
+    AppendSummaryLine(line_, k, v, Realtime(v.first_boot_ns), now, sb.encoded, ++seq_);
+    EGR_RETURN_IF_ERROR(EmitLine(k.sandbox_id, false));
   }
   for (size_t i = 0; i < w.loss_keys.size(); ++i) {
     const uint64_t id = w.loss_keys[i].sandbox_id;
     lost_[id] += w.lost[i];
+    lost_total_ += w.lost[i];
     EGR_RETURN_IF_ERROR(Emit(LossJson(id, w.lost[i], now, Sandbox(id)), id, false));
   }
   // A number missing for a whole window is not late: it is gone.
@@ -192,11 +278,18 @@ absl::Status Exporter::OnWindow(const maps::WindowCounts& w, uint64_t closed_boo
       size_t j = i;
       while (j + 1 < gone.size() && gone[j + 1] == gone[j] + 1) ++j;
       EGR_RETURN_IF_ERROR(Emit(GapJson(cpu, gone[i], gone[j], now), 0, true));
+      gap_total_ += gone[j] - gone[i] + 1;
       i = j + 1;
     }
     for (uint64_t s : gone) c.missing.erase(s);
   }
+  EGR_RETURN_IF_ERROR(Flush());
   EGR_RETURN_IF_ERROR(SaveState());
+  // A sandbox that had no record yet is looked up again.
+  for (auto it = sandboxes_.begin(); it != sandboxes_.end();) {
+    it = it->second.info ? std::next(it) : sandboxes_.erase(it);
+  }
+  last_sandbox_ = nullptr;
   if (!options_.spool_dir.empty()) {
     EGR_RETURN_IF_ERROR(WriteFileAtomically(ProgressPath(paths_), absl::StrCat(closed_boot_ns, "\n")));
   }

@@ -20,6 +20,7 @@
 #include "maps/egressd_abi.h"
 #include "maps/event_ring.h"
 #include "userspace/audit/record.h"
+#include "userspace/audit/spool.h"
 #include "userspace/common/node.h"
 #include "userspace/common/unique_fd.h"
 #include "userspace/control/sandbox_record.h"
@@ -29,14 +30,34 @@ namespace egressd::audit {
 struct ExporterOptions {
   std::string state_path;  // persisted seq and kernel positions; empty: none
   std::string spool_dir;   // empty: no spools
+  SpoolLimits spool_limits;
+};
+
+// Who a line is for, without parsing it: its sandbox (0: none), and whether
+// it concerns every reader (a gap).
+struct LineMeta {
+  uint64_t sandbox_id = 0;
+  bool every_sandbox = false;
+};
+
+// Occurrences the exporter wrote (records' counts), by what they were.
+struct OccurrenceKey {
+  uint8_t kind, action, reason;
+  auto operator<=>(const OccurrenceKey&) const = default;
 };
 
 class Exporter {
  public:
+  // The record parsed back from its line: for callers that want the object
+  // (tests); the exporter itself never builds one per kernel record.
   using Sink = std::function<void(const nlohmann::json& record, const std::string& line)>;
+  // The hot path's sink: each line (no newline) as it is numbered.
+  using LineSink = std::function<void(const LineMeta& meta, const std::string& line)>;
 
   static absl::StatusOr<std::unique_ptr<Exporter>> Create(const Paths& paths, ExporterOptions options,
                                                           Sink sink);
+  static absl::StatusOr<std::unique_ptr<Exporter>> Create(const Paths& paths, ExporterOptions options,
+                                                          LineSink sink);
 
   absl::Status OnEvent(const egr_event& e);
   // The window's summaries and losses, the gaps no record filled within a
@@ -49,18 +70,35 @@ class Exporter {
   absl::Status OnUserRecord(nlohmann::json record);
   // How far each pending file was read: saved with the state.
   nlohmann::json& pending_offsets() { return pending_; }
+  // Writes what is buffered for the spools: one write() per spool per batch
+  // (OnWindow flushes too, before it moves the progress mark).
+  absl::Status Flush();
 
   uint64_t seq() const { return seq_; }
   // Occurrences written so far as records' counts and losses, per sandbox.
   const std::map<uint64_t, uint64_t>& counted() const { return counted_; }
   const std::map<uint64_t, uint64_t>& lost() const { return lost_; }
+  // Since the instance's first reader (kept in the state file).
+  const std::map<OccurrenceKey, uint64_t>& occurrences() const { return occurrences_; }
+  uint64_t lost_total() const { return lost_total_; }
+  uint64_t gap_total() const { return gap_total_; }
 
  private:
-  Exporter(const Paths& paths, ExporterOptions options, Sink sink);
+  Exporter(const Paths& paths, ExporterOptions options, LineSink sink);
   absl::Status LoadState();
   absl::Status SaveState() const;
+  // A record built as an object (losses, gaps; any user-space source).
   absl::Status Emit(nlohmann::json record, uint64_t sandbox_id, bool every_spool);
+  // line_ holds a numbered line: to the sink and the spools' buffers.
+  absl::Status EmitLine(uint64_t sandbox_id, bool every_spool);
+  absl::Status Spool(uint64_t id);
   const std::optional<SandboxInfo>& Sandbox(uint64_t id);
+  struct SandboxCache {
+    std::optional<SandboxInfo> info;
+    EncodedSandbox encoded;
+    uint64_t* counted = nullptr;
+  };
+  SandboxCache& Cached(uint64_t id);
   uint64_t Realtime(uint64_t boot_ns) const { return boot_ns + offset_ns_; }
   void RefreshClock();
 
@@ -69,18 +107,42 @@ class Exporter {
     std::map<uint64_t, int> missing;     // seq -> windows it has been missing
   };
 
+  struct SpoolFile {
+    SpoolWriter writer;
+    std::string pending;  // whole lines not written yet
+  };
+
   Paths paths_;
   ExporterOptions options_;
-  Sink sink_;
+  LineSink sink_;
   control::SandboxRecords records_;
-  std::map<uint64_t, std::optional<SandboxInfo>> sandboxes_;
+  // A sandbox without a record is looked up again at the next window.
+  std::map<uint64_t, SandboxCache> sandboxes_;
+  SandboxCache* last_sandbox_ = nullptr;
+  uint64_t last_sandbox_id_ = 0;
   std::map<uint32_t, CpuSeq> cpus_;
-  std::map<uint64_t, UniqueFd> spools_;  // 0: all.jsonl
+  std::map<uint64_t, SpoolFile> spools_;  // 0: all.jsonl
   std::map<uint64_t, uint64_t> counted_, lost_;
+  std::map<OccurrenceKey, uint64_t> occurrences_;
+  uint64_t lost_total_ = 0, gap_total_ = 0;  // since the first reader
+  std::string line_;  // reused for every line
   uint64_t seq_ = 0;
   uint64_t offset_ns_ = 0;  // CLOCK_REALTIME - CLOCK_BOOTTIME
   nlohmann::json pending_ = nlohmann::json::object();
 };
+
+// What the instance's readers exported so far, as the state file keeps it
+// (saved at the end of every window): lines, occurrences by what they were,
+// losses and gaps reported.  No state file: all zero.
+struct ExportTotals {
+  uint64_t lines = 0;
+  uint64_t lost = 0;
+  uint64_t gaps = 0;
+  std::map<OccurrenceKey, uint64_t> occurrences;
+};
+absl::StatusOr<ExportTotals> ReadExportTotals(const std::string& state_path);
+// <runtime_dir>/audit/state.json
+std::string StatePath(const Paths& paths);
 
 // The spools' progress mark: every occurrence before this boot time is in
 // the spools.  0 when none was written.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -51,5 +52,25 @@ struct Filter {
 };
 bool Matches(const nlohmann::json& record, const Filter& f);
 std::string Compact(const nlohmann::json& record);
+
+// The exporter's hot path (line_encoder.cc): the same bytes as
+// Line(EventJson(...), seq) and Line(SummaryJson(...), seq), appended to a
+// reusable buffer without building a JSON object.  A sandbox's part of a
+// line is encoded once (EncodedSandbox) and reused for all its records.
+struct EncodedSandbox {
+  uint64_t id = 0;
+  std::string pod;      // `"pod":{...},` or empty
+  std::string run;      // `"run":"...",` or empty
+  std::string sandbox;  // `"sandbox":{"id":N[,"labels":{...}]},`
+  std::string task;     // `"task":"...",` or empty
+};
+EncodedSandbox EncodeSandbox(uint64_t sandbox_id, const std::optional<SandboxInfo>& sandbox);
+void AppendEventLine(std::string& out, const egr_event& e, uint64_t realtime_ns, const EncodedSandbox& sandbox,
+                     uint64_t seq);
+void AppendSummaryLine(std::string& out, const egr_event_key& k, const egr_fold_val& v,
+                       uint64_t first_realtime_ns, uint64_t now_realtime_ns, const EncodedSandbox& sandbox,
+                       uint64_t seq);
+// `s` as a JSON string (quoted), escaped as nlohmann's dump() escapes it.
+void AppendJsonString(std::string& out, std::string_view s);
 
 }  // namespace egressd::audit

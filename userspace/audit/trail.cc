@@ -14,6 +14,7 @@
 #include "maps/event_ring.h"
 #include "userspace/audit/reader_lock.h"
 #include "userspace/audit/user_events.h"
+#include "userspace/audit/spool.h"
 #include "userspace/common/errors.h"
 
 namespace egressd::audit {
@@ -21,48 +22,7 @@ namespace {
 
 constexpr int kPollMs = 50;
 
-// Reads whole lines of a growing file; keeps a partial last line for later.
-class Tail {
- public:
-  explicit Tail(std::string path) : path_(std::move(path)) {}
-
-  absl::Status Open(bool from_end) {
-    if (fd_.get() >= 0) return absl::OkStatus();
-    int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno == ENOENT) return absl::OkStatus();  // not written yet
-      return ErrnoStatus(errno, absl::StrCat("open spool ", path_));
-    }
-    fd_.reset(fd);
-    if (from_end && lseek(fd, 0, SEEK_END) < 0) return ErrnoStatus(errno, absl::StrCat("seek ", path_));
-    return absl::OkStatus();
-  }
-
-  absl::Status Read(const LineFn& out) {
-    if (fd_.get() < 0) return absl::OkStatus();
-    char buf[65536];
-    for (;;) {
-      ssize_t n = read(fd_.get(), buf, sizeof(buf));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoStatus(errno, absl::StrCat("read spool ", path_));
-      }
-      if (n == 0) return absl::OkStatus();
-      partial_.append(buf, n);
-      size_t start = 0, nl;
-      while ((nl = partial_.find('\n', start)) != std::string::npos) {
-        out(partial_.substr(start, nl - start));
-        start = nl + 1;
-      }
-      partial_.erase(0, start);
-    }
-  }
-
- private:
-  std::string path_;
-  UniqueFd fd_;
-  std::string partial_;
-};
+using Tail = SpoolTail;
 
 // The holder's loop: the ring, the windows, the spools.
 absl::Status Hold(const Paths& paths, const TrailOptions& o, const LineFn& out,
@@ -73,12 +33,8 @@ absl::Status Hold(const Paths& paths, const TrailOptions& o, const LineFn& out,
   ExporterOptions xo;
   xo.state_path = AuditDir(paths) + "/state.json";
   xo.spool_dir = SpoolDir(paths);
-  auto sink = [&](const nlohmann::json& record, const std::string& line) {
-    if (o.sandbox_id == 0 ||
-        (record.contains("sandbox") && record["sandbox"].value("id", uint64_t{0}) == o.sandbox_id) ||
-        record.value("type", "") == "gap") {
-      out(line);
-    }
+  auto sink = [&](const LineMeta& meta, const std::string& line) {
+    if (o.sandbox_id == 0 || meta.sandbox_id == o.sandbox_id || meta.every_sandbox) out(line);
   };
   EGR_ASSIGN_OR_RETURN(auto exporter, Exporter::Create(paths, xo, sink));
   // Our own spool keeps growing while we hold (we write it): skip past it.
@@ -94,6 +50,7 @@ absl::Status Hold(const Paths& paths, const TrailOptions& o, const LineFn& out,
     for (;;) {
       EGR_ASSIGN_OR_RETURN(int n, ring.Poll(0, on_event));
       EGR_RETURN_IF_ERROR(failed);
+      EGR_RETURN_IF_ERROR(exporter->Flush());
       if (n == 0) break;
     }
     // User-space sources' lines (user_events.h) written before `closing`.
@@ -107,6 +64,7 @@ absl::Status Hold(const Paths& paths, const TrailOptions& o, const LineFn& out,
     if (!finishing && done()) finishing = true;
     EGR_ASSIGN_OR_RETURN(int n, ring.Poll(finishing ? 0 : kPollMs, on_event));
     EGR_RETURN_IF_ERROR(failed);
+    EGR_RETURN_IF_ERROR(exporter->Flush());
     EGR_RETURN_IF_ERROR(own_spool.Read(skip));
     if (finishing && n == 0) return close_window();
     if (std::chrono::steady_clock::now() - last_window >= std::chrono::milliseconds(o.window_ms)) {
