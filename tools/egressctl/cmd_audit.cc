@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -16,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tools/egressctl/commands.h"
+#include "userspace/audit/metrics.h"
 #include "userspace/audit/record.h"
 #include "userspace/audit/trail.h"
 
@@ -32,6 +36,13 @@ class Printer {
   Printer(const audit::Filter& filter, bool compact) : filter_(filter), compact_(compact) {}
 
   void operator()(const std::string& line) {
+    if (!filter_.sandbox && !filter_.verdict && !compact_) {
+      // Nothing to decide: the line as it is (a trail's lines are JSON).
+      std::fwrite(line.data(), 1, line.size(), stdout);
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+      return;
+    }
     nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
     if (r.is_discarded()) {
       ++bad_;
@@ -105,6 +116,11 @@ int CmdAudit(const Paths& paths, const AuditFlags& flags) {
     std::fprintf(stderr, "egressctl: --window-ms %d: must be positive\n", flags.window_ms);
     return kExitBadInput;
   }
+  if (!flags.metrics.empty() && !flags.input.empty()) {
+    std::fprintf(stderr, "egressctl: --metrics %s: only while reading the kernel's trail, not with --input\n",
+                 flags.metrics.c_str());
+    return kExitBadInput;
+  }
   Printer print(filter, flags.output == "compact");
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
@@ -115,16 +131,44 @@ int CmdAudit(const Paths& paths, const AuditFlags& flags) {
   o.sandbox_id = filter.sandbox.value_or(0);
   // Without --follow: what the kernel holds now, then exit.
   bool once = false;
+  auto last_metrics = std::chrono::steady_clock::now();
+  absl::Status metrics_status;
   auto done = [&] {
-    if (flags.follow) return g_stop.load();
+    if (!flags.metrics.empty() && metrics_status.ok() &&
+        std::chrono::steady_clock::now() - last_metrics >= std::chrono::seconds(10)) {
+      metrics_status = audit::WriteMetricsFile(paths, flags.metrics);
+      last_metrics = std::chrono::steady_clock::now();
+    }
+    if (flags.follow) return g_stop.load() || !metrics_status.ok();
     return std::exchange(once, true);
   };
   absl::Status s = audit::ReadTrail(paths, o, [&](const std::string& line) { print(line); }, done);
+  if (s.ok() && metrics_status.ok() && !flags.metrics.empty()) {
+    metrics_status = audit::WriteMetricsFile(paths, flags.metrics);
+  }
+  if (s.ok()) s = metrics_status;
   if (!s.ok()) {
     std::fprintf(stderr, "egressctl: audit: %s\n", s.ToString().c_str());
     return kExitFailure;
   }
   return kExitOk;
+}
+
+int CmdMetrics(const Paths& paths, const std::string& file) {
+  if (file.empty()) {
+    auto text = audit::RenderMetrics(paths);
+    if (!text.ok()) return Report(text.status());
+    std::fwrite(text->data(), 1, text->size(), stdout);
+    return kExitOk;
+  }
+  const size_t slash = file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash + 1);
+  if (access(dir.c_str(), W_OK) != 0) {
+    std::fprintf(stderr, "egressctl: -o %s: directory %s is not writable (%s)\n", file.c_str(), dir.c_str(),
+                 std::strerror(errno));
+    return kExitBadInput;
+  }
+  return Report(audit::WriteMetricsFile(paths, file));
 }
 
 }  // namespace egressd::cli

@@ -84,6 +84,7 @@ struct AuditFlags {
   std::string verdict;  // allow | deny; empty: both
   std::string output = "json";  // json | compact
   int window_ms = 1000;         // fold window while this process reads the ring
+  std::string metrics;          // --metrics FILE: Prometheus text, rewritten while reading
 };
 int CmdAudit(const Paths& paths, const AuditFlags& flags);
 // egressctl audit suggest: a task.yaml fragment allowing a stream's denials.
@@ -92,6 +93,8 @@ struct SuggestFlags {
   std::string sandbox;  // only this sandbox's records
 };
 int CmdAuditSuggest(const Paths& paths, const SuggestFlags& suggest, const PolicyFlags& deployment);
+// egressctl metrics [-o FILE]: Prometheus text to stdout or, atomically, FILE.
+int CmdMetrics(const Paths& paths, const std::string& file);
 
 // policy check: exit 0 (printing a summary) or 2 (printing every problem).
 int CmdPolicyCheck(const PolicyFlags& flags);

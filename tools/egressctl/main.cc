@@ -164,6 +164,11 @@ int main(int argc, char** argv) {
   suggest->add_option("--input", suggest_flags.input, "A JSON-lines file (- for stdin; default: the kernel's trail)");
   suggest->add_option("--sandbox", suggest_flags.sandbox, "Only this sandbox's denials (its cgroup id)");
   AddPolicyFlags(suggest, suggest_policy, after_parse);
+  audit->add_option("--metrics", audit_flags.metrics,
+                    "Write Prometheus metrics to FILE (atomically) every 10 s while reading, and at exit");
+  std::string metrics_file;
+  auto* metrics = app.add_subcommand("metrics", "Prometheus metrics (text format) of this instance");
+  metrics->add_option("-o,--output", metrics_file, "Write FILE atomically (temp + rename) instead of stdout");
   auto* run = app.add_subcommand("run", "Run a command in a fresh transient sandbox");
   AddPolicyFlags(run, run_flags, after_parse);
   AddSandboxFlags(run, run_sandbox);
@@ -257,6 +262,7 @@ int main(int argc, char** argv) {
   if (*run) return cli::CmdRun(paths, run_flags, run_sandbox, run_as, command);
   if (*suggest) return cli::CmdAuditSuggest(paths, suggest_flags, suggest_policy);
   if (*audit) return cli::CmdAudit(paths, audit_flags);
+  if (*metrics) return cli::CmdMetrics(paths, metrics_file);
   if (*check) return cli::CmdPolicyCheck(check_flags);
   if (*compile) return cli::CmdPolicyCompile(compile_flags, format);
   return cli::kExitBadInput;
