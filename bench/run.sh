@@ -41,6 +41,9 @@ fi
 if [[ ! -x $build/bench/enforcer_bench ]]; then
   cmake --build "$build" --target enforcer_bench egressctl egressd-probe egr-nft-forwarder >/dev/null
 fi
+if [[ ! -x $build/bench/audit_bench ]]; then
+  cmake --build "$build" --target audit_bench >/dev/null
+fi
 if ((${#quick[@]})); then
   out=${BENCH_OUT:-$(mktemp -d /tmp/egr-bench-smoke-XXXXXX)}
 else
@@ -60,5 +63,8 @@ if command -v gnuplot >/dev/null; then
 else
   echo "bench/run.sh: gnuplot not installed (scripts/install-deps.sh): no plots" >&2
 fi
+# The audit trail's export rate beside nftables' nflog (its own table).
+"$build/bench/audit_bench" "${quick[@]}" --out "$out/$stamp-audit.json" >"$out/$stamp-audit.md"
+{ echo; echo "### Audit export (bench/audit_bench.cc)"; echo; cat "$out/$stamp-audit.md"; } >>"$out/$stamp.md"
 echo "bench/run.sh: $json, $out/$stamp.md"
 cat "$out/$stamp.md"

@@ -38,6 +38,8 @@ packages=(
   # bench/'s DNS rows: dnsperf (latency and rate), libnftables (the incumbent's
   # forwarder adds each answer's addresses in one transaction, in process)
   dnsperf libnftables-dev
+  # the audit metrics' check (promtool), bench/audit_bench.cc's CPU figures (GNU time)
+  prometheus time
 )
 
 missing=()

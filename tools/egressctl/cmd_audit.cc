@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tools/egressctl/commands.h"
+#include "tools/egressctl/policy_flags.h"
 #include "userspace/audit/metrics.h"
 #include "userspace/audit/record.h"
 #include "userspace/audit/trail.h"
