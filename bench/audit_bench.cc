@@ -87,8 +87,10 @@ bool DeniedWave(test::Egressd& e, int p, int k) {
   bool ok = true;
   for (auto& bg : runs) {
     lab::RunResult r = bg.Wait(std::chrono::seconds(120));
-    ok &= r.exit_code == 0 && r.out.find("\"refused\":\"" + std::to_string(k) + "\"") != std::string::npos;
-    if (r.exit_code != 0) std::fprintf(stderr, "audit_bench: sandbox run failed: %s\n", r.Describe().c_str());
+    const json line = json::parse(r.out.substr(0, r.out.find('\n')), nullptr, false);
+    const bool refused = !line.is_discarded() && line.value("refused", -1LL) == k;
+    ok &= r.exit_code == 0 && refused;
+    if (!refused) std::fprintf(stderr, "audit_bench: sandbox run: %s\n", r.Describe().c_str());
   }
   return ok;
 }
@@ -116,17 +118,20 @@ Drain MeasureDrain(test::Egressd& e, const std::string& ctl, int p, int k) {
   Drain d;
   e.Ctl({"audit"});  // whatever was queued before
   auto before = Counters(e);
-  if (!DeniedWave(e, p, k)) return d;
+  if (p > 0 && !DeniedWave(e, p, k)) return d;
   auto filled = Counters(e);
   d.records = Delta(filled, before, "event_submitted");
   d.folded = Delta(filled, before, "event_folded");
   d.lost = Delta(filled, before, "event_lost");
   lab::RunSpec spec;
-  // AUDIT_BENCH_PERF=FILE: the drain under `perf record -g` (FILE.<binary>).
+  // AUDIT_BENCH_WRAP="perf record -g -o FILE --": the drain under a profiler
+  // (FILE gets a suffix per binary).
   std::string cmd = ctl + " audit > /dev/null";
-  if (const char* perf = getenv("AUDIT_BENCH_PERF")) {
-    cmd = "perf record -q -g -o " + std::string(perf) + "." + std::to_string(getpid()) + "-" +
-          std::to_string(ctl.size()) + " -- " + cmd;
+  if (const char* wrap = getenv("AUDIT_BENCH_WRAP"); wrap && p > 0) {
+    std::string w = wrap;
+    const size_t dash = w.rfind(" --");
+    if (dash != std::string::npos) w.insert(dash, "." + std::to_string(ctl.size()));
+    cmd = w + " " + cmd;
   }
   spec.argv = {"/usr/bin/time", "-f", "%e %U %S", "sh", "-c", "exec " + cmd};
   spec.netns = e.lab().node_netns();
@@ -192,7 +197,7 @@ NftLog MeasureNft(test::Egressd& e, int p, int k, int rounds) {
   const std::string table = "egr_bench_nflog";
   const std::string rules = "table inet " + table +
                             " {\n chain out {\n  type filter hook output priority 0; policy accept;\n"
-                            "  ct state new log group 7\n  ip daddr " + std::string(lab::kPublicB4) +
+                            "  ct state new counter log group 7\n  ip daddr " + std::string(lab::kPublicB4) +
                             " tcp dport 80 reject with tcp reset\n }\n}\n";
   lab::RunSpec load;
   load.argv = {"nft", "-f", "-"};
@@ -204,7 +209,8 @@ NftLog MeasureNft(test::Egressd& e, int p, int k, int rounds) {
     return n;
   }
   lab::RunSpec dump;
-  dump.argv = {"tcpdump", "-n", "-i", "nflog:7", "-w", "/dev/null"};
+  dump.argv = {"tcpdump", "-n", "-Z", "root", "--immediate-mode", "-i", "nflog:7", "-w", "/dev/null"};
+  dump.stdin_data = "";
   dump.netns = netns;
   dump.timeout = std::chrono::minutes(30);
   auto reader = lab::Start(dump);
@@ -214,6 +220,7 @@ NftLog MeasureNft(test::Egressd& e, int p, int k, int rounds) {
     (void)reader->ReadOutLine(std::chrono::milliseconds(50));
   }
   ok = ok && reader->err().find("listening on") != std::string::npos;
+  if (getenv("AUDIT_BENCH_DEBUG")) std::fprintf(stderr, "tcpdump pid %d: %s\n", reader->pid(), reader->err().c_str());
   if (ok) {
     const double cpu0 = ProcCpu(reader->pid());
     const auto t0 = Clock::now();
@@ -234,6 +241,9 @@ NftLog MeasureNft(test::Egressd& e, int p, int k, int rounds) {
     n.reader_cpu_s = ProcCpu(reader->pid()) - cpu0;
     kill(reader->pid(), SIGINT);
     lab::RunResult rr = reader->Wait(std::chrono::seconds(30));
+    if (rr.err.find("packets captured") == std::string::npos) {
+      std::fprintf(stderr, "audit_bench: tcpdump said no figures: %s\n", rr.Describe().c_str());
+    }
     long long v = 0;
     std::istringstream err(rr.err);
     std::string line;
@@ -243,6 +253,12 @@ NftLog MeasureNft(test::Egressd& e, int p, int k, int rounds) {
     }
   }
   n.connects = static_cast<long long>(p) * k * rounds;
+  if (getenv("AUDIT_BENCH_DEBUG")) {
+    lab::RunSpec list;
+    list.argv = {"nft", "list", "table", "inet", table};
+    list.netns = netns;
+    std::fprintf(stderr, "%s\n", lab::Run(list).out.c_str());
+  }
   lab::RunSpec del;
   del.argv = {"nft", "delete", "table", "inet", table};
   del.netns = netns;
@@ -272,14 +288,19 @@ int Main(bool quick, const std::string& out) {
   std::vector<std::pair<std::string, std::string>> binaries = {{"egressctl", lab::BinaryPath("egressctl")}};
   if (const char* base = getenv("EGRESSCTL_BASELINE")) binaries.emplace_back("baseline", base);
   for (const auto& [name, path] : binaries) {
+    // The process's own start and one window, with nothing on the ring:
+    // subtracted, so the figures are the export's alone.
+    Drain empty = MeasureDrain(e, path, 0, 0);
     Drain d = MeasureDrain(e, path, drain_p, k);
-    all_ok &= d.ok;
-    const double rate = d.wall_s > 0 ? d.records / d.wall_s : 0;
-    const double cpu_us = d.records ? d.cpu_s / d.records * 1e6 : 0;
+    all_ok &= d.ok && empty.ok;
+    const double wall = d.wall_s - empty.wall_s, cpu = d.cpu_s - empty.cpu_s;
+    const double rate = wall > 0 ? d.records / wall : 0;
+    const double cpu_us = d.records ? cpu / d.records * 1e6 : 0;
+    j["drain_empty"][name] = {{"wall_s", empty.wall_s}, {"cpu_s", empty.cpu_s}};
     j["drain"][name] = {{"records", d.records}, {"wall_s", d.wall_s}, {"cpu_s", d.cpu_s}, {"folded", d.folded},
                         {"lost", d.lost}, {"records_per_s", rate}, {"cpu_us_per_record", cpu_us}, {"ok", d.ok}};
-    std::printf("| drain of a full ring (%s) | %lld | %.2f | %.0f | %.2f | %lld | %lld |\n", name.c_str(), d.records,
-                d.wall_s, rate, cpu_us, d.folded, d.lost);
+    std::printf("| drain of a queued ring (%s; an empty drain's %.2f s wall, %.3f s CPU subtracted) | %lld | %.2f | %.0f | %.2f | %lld | %lld |\n",
+                name.c_str(), empty.wall_s, empty.cpu_s, d.records, wall, rate, cpu_us, d.folded, d.lost);
   }
   for (int p : parallel) {
     Sustained s = MeasureSustained(e, p, k, rounds);

@@ -41,8 +41,7 @@ class Printer {
       // Nothing to decide: the line as it is (a trail's lines are JSON).
       std::fwrite(line.data(), 1, line.size(), stdout);
       std::fputc('\n', stdout);
-      std::fflush(stdout);
-      return;
+      return;  // flushed between polls (CmdAudit's done)
     }
     nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
     if (r.is_discarded()) {
@@ -53,7 +52,6 @@ class Printer {
     const std::string text = compact_ ? audit::Compact(r) : line;
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fputc('\n', stdout);
-    std::fflush(stdout);
   }
   int bad() const { return bad_; }
 
@@ -79,6 +77,7 @@ int FromFile(const AuditFlags& flags, Printer& print) {
       print(partial + line);
       partial.clear();
     }
+    std::fflush(stdout);
     if (!flags.follow || g_stop) break;
     in.clear();
     usleep(100 * 1000);  // tail -f: the writer gives no signal to wait on
@@ -135,6 +134,8 @@ int CmdAudit(const Paths& paths, const AuditFlags& flags) {
   auto last_metrics = std::chrono::steady_clock::now();
   absl::Status metrics_status;
   auto done = [&] {
+    // Between two polls of the trail: what was printed goes out in one write.
+    std::fflush(stdout);
     if (!flags.metrics.empty() && metrics_status.ok() &&
         std::chrono::steady_clock::now() - last_metrics >= std::chrono::seconds(10)) {
       metrics_status = audit::WriteMetricsFile(paths, flags.metrics);

@@ -37,8 +37,9 @@ absl::Status Hold(const Paths& paths, const TrailOptions& o, const LineFn& out,
     if (o.sandbox_id == 0 || meta.sandbox_id == o.sandbox_id || meta.every_sandbox) out(line);
   };
   EGR_ASSIGN_OR_RETURN(auto exporter, Exporter::Create(paths, xo, sink));
-  // Our own spool keeps growing while we hold (we write it): skip past it.
-  auto skip = [](const std::string&) {};
+  // From here our own spool only grows with what we write and hand to
+  // `out` ourselves: it is not read again (reading it back cost a copy of
+  // every line).
   absl::Status failed;
   auto on_event = [&](const egr_event& e) {
     if (failed.ok()) failed = exporter->OnEvent(e);
@@ -55,8 +56,7 @@ absl::Status Hold(const Paths& paths, const TrailOptions& o, const LineFn& out,
     }
     // User-space sources' lines (user_events.h) written before `closing`.
     EGR_RETURN_IF_ERROR(IngestPending(paths, *exporter));
-    EGR_RETURN_IF_ERROR(exporter->OnWindow(counts, closing));
-    return own_spool.Read(skip);
+    return exporter->OnWindow(counts, closing);
   };
   auto last_window = std::chrono::steady_clock::now();
   bool finishing = false;
@@ -65,7 +65,6 @@ absl::Status Hold(const Paths& paths, const TrailOptions& o, const LineFn& out,
     EGR_ASSIGN_OR_RETURN(int n, ring.Poll(finishing ? 0 : kPollMs, on_event));
     EGR_RETURN_IF_ERROR(failed);
     EGR_RETURN_IF_ERROR(exporter->Flush());
-    EGR_RETURN_IF_ERROR(own_spool.Read(skip));
     if (finishing && n == 0) return close_window();
     if (std::chrono::steady_clock::now() - last_window >= std::chrono::milliseconds(o.window_ms)) {
       EGR_RETURN_IF_ERROR(close_window());
