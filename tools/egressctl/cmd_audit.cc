@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
-#include "userspace/audit/metrics.h"
+#include "tools/egressctl/metrics.h"
 #include "userspace/audit/record.h"
 #include "userspace/audit/trail.h"
 

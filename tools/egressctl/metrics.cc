@@ -1,4 +1,4 @@
-#include "userspace/audit/metrics.h"
+#include "tools/egressctl/metrics.h"
 
 #include <fcntl.h>
 #include <unistd.h>
