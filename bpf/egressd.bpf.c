@@ -15,6 +15,7 @@
 #include "lib/lsm_socket.h"
 #include "lib/lsm_unix.h"
 #include "lib/audit.h"
+#include "lib/audit_mode.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -30,7 +31,7 @@ static __always_inline int egr_sock_addr_code(struct egr_decision d)
  * drops and reports congestion (NET_XMIT_CN), which a sender takes as sent. */
 static __always_inline int egr_cgroup_skb_code(struct egr_decision d)
 {
-	if (d.action == EGR_PASS)
+	if (egr_lets_through(d)) /* a would-deny too */
 		return 1;
 	return d.action == EGR_DENY_DROP ? 2 : 0;
 }
@@ -40,9 +41,10 @@ static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int is_v4, i
 	const struct egr_cgroup_val *sb = egr_sandbox_of_current();
 	struct egr_decision d = egr_sock_addr_judge(ctx, sb, is_v4, is_connect);
 
+	if (!egr_audit_sock_addr(ctx, sb, d, is_v4, is_connect))
+		d = egr_audit_strict(ctx, sb, d, is_connect);
 	egr_count_decision(d, is_connect ? EGR_STAT_CONNECT_ALLOW : EGR_STAT_SENDMSG_ALLOW,
 			   is_connect ? EGR_STAT_CONNECT_DENY : EGR_STAT_SENDMSG_DENY);
-	egr_audit_sock_addr(ctx, sb, d, is_v4, is_connect);
 	return egr_sock_addr_code(d);
 }
 

@@ -68,10 +68,27 @@ enum egr_deny_action {
 	EGR_ACTION_DROP = 1,   /* packets vanish; the caller sees success/timeout */
 };
 
+/* egr_policy_val.flags (a reserved 0 before issue 13, so a policy written
+ * by an older control plane reads as enforced and not strict).  Set per
+ * sandbox by the operator, never by a declaration; part of the policy's
+ * content hash, so an audit-only or strict sandbox never shares an enforced
+ * one's policy (docs/audit.md). */
+enum egr_policy_flags {
+	/* A denial of the policy's own (nothing it allows matched: default-deny)
+	 * is recorded as would-deny and passed.  Protected ranges, contained
+	 * roots, DNS bypass, socket families and the backstop's structural
+	 * refusals stay denied (bpf/lib/audit_mode.h). */
+	EGR_POLICY_AUDIT_ONLY = 1 << 0,
+	/* A connect() or send whose audit event can be neither recorded nor
+	 * folded (it would be counted as lost) is refused
+	 * (EGR_REASON_AUDIT_UNRECORDED, EGR_STAT_STRICT_DENY). */
+	EGR_POLICY_STRICT_AUDIT = 1 << 1,
+};
+
 struct egr_policy_val {
 	__u8 default_verdict; /* enum egr_verdict */
 	__u8 deny_action;     /* enum egr_deny_action */
-	__u8 flags;           /* reserved, 0 */
+	__u8 flags;           /* enum egr_policy_flags */
 	__u8 pad0;
 	__u32 refcount;       /* control plane only: sandboxes pointing here */
 	__u64 content_hash;   /* control plane only: identical policies share */
@@ -99,18 +116,28 @@ struct egr_port_range {
 	__u16 last;  /* host order, inclusive */
 };
 
+/* egr_allow_val.flags and egr_prot_val.flags (reserved 0s before issue 13,
+ * layout kept): an LPM lookup returns the value, never the key that matched,
+ * so the control plane writes each entry's own CIDR prefix length into its
+ * value, for the audit record to name the CIDR (`match.cidr`).  Bits 0-7:
+ * the length (0-32 in the v4 tries, 0-128 in the v6 ones); EGR_LPM_PLEN_SET:
+ * it is there (an entry an older control plane wrote names no CIDR).  Other
+ * bits reserved, 0. */
+#define EGR_LPM_PLEN_MASK 0xffu
+#define EGR_LPM_PLEN_SET (1u << 8)
+
 /* An allowed prefix.  nranges == 0 allows every port; otherwise only the
  * listed ranges (the control plane folds covering entries' ports into a more
  * specific entry, because an LPM lookup sees only the longest match). */
 struct egr_allow_val {
 	__u32 nranges;
-	__u32 flags; /* reserved, 0 */
+	__u32 flags; /* EGR_LPM_PLEN_SET | prefix length */
 	struct egr_port_range ranges[EGR_MAX_PORT_RANGES];
 };
 
 /* A protected prefix: denied whatever else the policy says. */
 struct egr_prot_val {
-	__u32 flags; /* reserved, 0 */
+	__u32 flags; /* EGR_LPM_PLEN_SET | prefix length */
 };
 
 /* ---- egr_resolved_v1: (sandbox, address) -> allowed until expiry ----
@@ -253,6 +280,7 @@ enum egr_reason {
 	EGR_REASON_DNS_REDIRECT,    /* a query steered to the sandbox's endpoint */
 	EGR_REASON_DNS_REFUSED,     /* a query with no endpoint, or bypassing it */
 	EGR_REASON_DNS_ENDPOINT,    /* a redirected socket's packet to its endpoint */
+	EGR_REASON_AUDIT_UNRECORDED, /* strict sandbox: its event could not be recorded */
 };
 
 enum egr_event_kind {
@@ -269,6 +297,17 @@ enum egr_event_flags {
 	EGR_EVENT_HAS_UID = 1 << 1,  /* uid/gid are known */
 };
 
+/* egr_event.match_flags: what match_id and match_plen say. */
+enum egr_match_flags {
+	/* match_plen is the prefix length of the allowed or protected CIDR that
+	 * matched the destination (an IPv4 or IPv4-mapped destination: of its
+	 * IPv4 address) */
+	EGR_MATCH_CIDR = 1 << 0,
+	/* ... and the CIDR is over the IPv4 address in match_id (network
+	 * order), an IPv4 form embedded in the IPv6 destination (lib/addr.h) */
+	EGR_MATCH_CIDR_EMBEDDED_V4 = 1 << 1,
+};
+
 /* What makes two occurrences identical: the fold key, and the head of a
  * record. */
 struct egr_event_key {
@@ -277,7 +316,8 @@ struct egr_event_key {
 	__u8 daddr[16];    /* IPv4 as ::ffff:a.b.c.d */
 	__u16 dport;       /* host order; 0: none */
 	__u8 kind;         /* enum egr_event_kind */
-	__u8 action;       /* 0 pass, 1 deny (reject), 2 deny (drop) */
+	__u8 action;       /* 0 pass, 1 deny (reject), 2 deny (drop), 3 would-deny
+			    * (passed: an audit-only sandbox, bpf/lib/decision.h) */
 	__u8 reason;       /* the decision's reason (bpf/lib/decision.h) */
 	__u8 family;       /* AF_INET or AF_INET6, as the caller named it */
 	__u8 protocol;     /* IPPROTO_* */
@@ -303,8 +343,11 @@ struct egr_event {
 	__u64 seq;      /* per CPU, from 1: a reader sees gaps per CPU */
 	__u32 cpu;
 	__u16 flags;    /* enum egr_event_flags */
-	__u16 pad0;
-	__u32 match_id; /* reason resolved: the name id egr_resolved_v1 holds */
+	__u8 match_plen;  /* EGR_MATCH_CIDR: the matched CIDR's prefix length */
+	__u8 match_flags; /* enum egr_match_flags (was a reserved u16 pad: layout kept) */
+	/* reason resolved: the name id egr_resolved_v1 holds;
+	 * EGR_MATCH_CIDR_EMBEDDED_V4: the IPv4 address the CIDR matched */
+	__u32 match_id;
 	__u32 pad1;
 };
 
@@ -313,7 +356,8 @@ struct egr_fold_val {
 	__u64 first_boot_ns;
 	__u64 count;    /* occurrences, atomic adds */
 	__u16 flags;    /* enum egr_event_flags */
-	__u16 pad0;
+	__u8 match_plen;  /* as in struct egr_event (was a reserved u16 pad) */
+	__u8 match_flags;
 	__u32 match_id;
 };
 
@@ -354,6 +398,8 @@ enum egr_stat {
 	EGR_STAT_EVENT_SUBMITTED, /* audit: records put on the ring */
 	EGR_STAT_EVENT_FOLDED,    /* audit: occurrences folded into a later record */
 	EGR_STAT_EVENT_LOST,      /* audit: occurrences neither recorded nor folded */
+	EGR_STAT_WOULD_DENY,      /* audit-only: denials recorded as would-deny and passed */
+	EGR_STAT_STRICT_DENY,     /* strict: connects/sends refused, their event unrecordable */
 	EGR_STAT_MAX,
 };
 

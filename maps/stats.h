@@ -31,6 +31,8 @@ inline constexpr EnumNames<egr_stat, EGR_STAT_MAX> kCounterNames{{{
     {EGR_STAT_EVENT_SUBMITTED, "event_submitted"},
     {EGR_STAT_EVENT_FOLDED, "event_folded"},
     {EGR_STAT_EVENT_LOST, "event_lost"},
+    {EGR_STAT_WOULD_DENY, "would_deny"},
+    {EGR_STAT_STRICT_DENY, "strict_deny"},
 }}};
 static_assert(kCounterNames.Unique());
 

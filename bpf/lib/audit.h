@@ -111,6 +111,13 @@ static __always_inline int egr_audit_budget_take(__u64 sandbox_id, __u64 now)
 	return 1;
 }
 
+/* What matched, as the record names it (enum egr_match_flags). */
+struct egr_match {
+	__u32 id;
+	__u8 plen;
+	__u8 flags;
+};
+
 static __always_inline void egr_audit_lose(const struct egr_event_key *k)
 {
 	struct egr_loss_key lk = { .sandbox_id = k->sandbox_id, .epoch = k->epoch };
@@ -130,9 +137,10 @@ static __always_inline void egr_audit_lose(const struct egr_event_key *k)
 	 * difference as a loss no sandbox is named for. */
 }
 
-static __always_inline void egr_audit_fold(const struct egr_event_key *k,
-					   const struct egr_event_task *t, __u16 flags,
-					   __u32 match_id, __u64 now)
+/* 0: the occurrence was lost (the fold map is full). */
+static __always_inline int egr_audit_fold(const struct egr_event_key *k,
+					  const struct egr_event_task *t, __u16 flags,
+					  const struct egr_match *m, __u64 now)
 {
 	struct egr_fold_val *v = bpf_map_lookup_elem(&egr_fold_v1, k);
 
@@ -142,21 +150,24 @@ static __always_inline void egr_audit_fold(const struct egr_event_key *k,
 			.first_boot_ns = now,
 			.count = 1,
 			.flags = flags,
-			.match_id = match_id,
+			.match_plen = m->plen,
+			.match_flags = m->flags,
+			.match_id = m->id,
 		};
 
 		if (bpf_map_update_elem(&egr_fold_v1, k, &first, BPF_NOEXIST) == 0) {
 			egr_count(EGR_STAT_EVENT_FOLDED);
-			return;
+			return 1;
 		}
 		v = bpf_map_lookup_elem(&egr_fold_v1, k); /* another CPU was first */
 		if (!v) {
 			egr_audit_lose(k);
-			return;
+			return 0;
 		}
 	}
 	__sync_fetch_and_add(&v->count, 1);
 	egr_count(EGR_STAT_EVENT_FOLDED);
+	return 1;
 }
 
 /* Not inlined so that struct egr_event is in the object's BTF (a type only
@@ -172,36 +183,41 @@ static __noinline void egr_audit_fill(struct egr_event *e, const struct egr_even
 	e->task = *t;
 	e->boot_ns = now;
 	e->cpu = bpf_get_smp_processor_id();
-	e->pad0 = 0;
 	e->pad1 = 0;
 	seq = bpf_map_lookup_elem(&egr_auditseq_v1, &zero);
 	e->seq = seq ? ++*seq : 0;
 }
 
-static __always_inline void egr_audit_emit(const struct egr_event_key *k,
-					   const struct egr_event_task *t, __u16 flags,
-					   __u32 match_id, __u64 now)
+/* 0: the occurrence was lost (the ring is full). */
+static __always_inline int egr_audit_emit(const struct egr_event_key *k,
+					  const struct egr_event_task *t, __u16 flags,
+					  const struct egr_match *m, __u64 now)
 {
 	struct egr_event *e = bpf_ringbuf_reserve(&egr_events_v1, sizeof(*e), 0);
 
 	if (!e) {
 		egr_audit_lose(k);
-		return;
+		return 0;
 	}
 	e->flags = flags;
-	e->match_id = match_id;
+	e->match_plen = m->plen;
+	e->match_flags = m->flags;
+	e->match_id = m->id;
 	egr_audit_fill(e, k, t, now);
 	bpf_ringbuf_submit(e, 0);
 	egr_count(EGR_STAT_EVENT_SUBMITTED);
+	return 1;
 }
 
 /* Connects and backstop drops are recorded one by one within the budget; a
  * send is recorded once per socket and destination each window, its repeats
  * folded.  Beyond the budget the socket is left out of the key, so a flood
  * from many sockets folds into one count per destination. */
-static __always_inline void egr_audit_record(struct egr_event_key *k,
-					     const struct egr_event_task *t, __u16 flags,
-					     __u32 match_id)
+/* 1: the occurrence is on the record (a ring record, or a count that will
+ * be one); 0: it was lost (counted in egr_loss_v1). */
+static __always_inline int egr_audit_record(struct egr_event_key *k,
+					    const struct egr_event_task *t, __u16 flags,
+					    const struct egr_match *m)
 {
 	__u64 now = bpf_ktime_get_boot_ns();
 
@@ -211,26 +227,27 @@ static __always_inline void egr_audit_record(struct egr_event_key *k,
 		if (seen) {
 			__sync_fetch_and_add(&seen->count, 1);
 			egr_count(EGR_STAT_EVENT_FOLDED);
-			return;
+			return 1;
 		}
 		if (egr_audit_budget_take(k->sandbox_id, now)) {
 			struct egr_fold_val mark = { .task = *t, .first_boot_ns = now,
-						     .flags = flags, .match_id = match_id };
+						     .flags = flags, .match_plen = m->plen,
+						     .match_flags = m->flags, .match_id = m->id };
 
-			egr_audit_emit(k, t, flags, match_id, now);
-			/* count 0: the repeats fold here; a full map only
-			 * means they are recorded again while budget lasts */
+			int recorded = egr_audit_emit(k, t, flags, m, now);
+
+			/* count 0: the repeats fold here (and are on the record
+			 * as its count even when this one was lost); a full map
+			 * only means they are recorded again while budget lasts */
 			bpf_map_update_elem(&egr_fold_v1, k, &mark, BPF_NOEXIST);
-			return;
+			return recorded;
 		}
 		k->sock_cookie = 0;
-		egr_audit_fold(k, t, flags, match_id, now);
-		return;
+		return egr_audit_fold(k, t, flags, m, now);
 	}
 	if (egr_audit_budget_take(k->sandbox_id, now))
-		egr_audit_emit(k, t, flags, match_id, now);
-	else
-		egr_audit_fold(k, t, flags, match_id, now);
+		return egr_audit_emit(k, t, flags, m, now);
+	return egr_audit_fold(k, t, flags, m, now);
 }
 
 /* What egressd did not judge is not recorded (decision.h counts the same). */
@@ -240,36 +257,135 @@ static __always_inline int egr_audit_judged(const struct egr_cgroup_val *sb,
 	return sb && d.reason != EGR_REASON_NOT_SANDBOX && d.reason != EGR_REASON_NOT_IP;
 }
 
-static __always_inline __u32 egr_audit_match_id(const struct egr_cgroup_val *sb,
-						struct egr_decision d, const struct egr_addr *a)
+static __always_inline int egr_audit_plen(__u32 lpm_flags, struct egr_match *m)
 {
-	struct egr_resolved_key rk = { .sandbox_id = sb->sandbox_id };
-	struct egr_resolved_val *rv;
-
-	if (d.reason != EGR_REASON_RESOLVED)
-		return 0;
-	__builtin_memcpy(rk.addr, a->b, 16);
-	rv = bpf_map_lookup_elem(&egr_resolved_v1, &rk);
-	return rv ? rv->name_id : 0;
+	if (!(lpm_flags & EGR_LPM_PLEN_SET))
+		return 0; /* written by an older control plane */
+	m->plen = lpm_flags & EGR_LPM_PLEN_MASK;
+	m->flags |= EGR_MATCH_CIDR;
+	return 1;
 }
 
-/* connect4/6 and sendmsg4/6, in the caller's context. */
-static __always_inline void egr_audit_sock_addr(struct bpf_sock_addr *ctx,
-						const struct egr_cgroup_val *sb,
-						struct egr_decision d, int is_v4, int is_connect)
+static __always_inline void egr_audit_key4(struct egr_lpm4_key *k, __u32 policy_id, __u32 ip4_be)
+{
+	k->prefixlen = 64;
+	k->policy_id = bpf_htonl(policy_id);
+	__builtin_memcpy(k->addr, &ip4_be, 4);
+}
+
+/* The CIDR the judge matched, looked up again in the judge's order
+ * (lib/verdict.h): an LPM lookup returns the entry's value, which holds its
+ * own prefix length, never the key. */
+static __always_inline void egr_audit_match_cidr(__u32 policy_id, int protected,
+						 const struct egr_addr *a, struct egr_match *m)
+{
+	const struct egr_allow_val *av;
+	const struct egr_prot_val *pv;
+	struct egr_lpm4_key k4;
+	struct egr_lpm6_key k6 = { .prefixlen = 160, .policy_id = bpf_htonl(policy_id) };
+
+	if (egr_addr_is_v4(a)) {
+		egr_audit_key4(&k4, policy_id, a->w[3]);
+		if (protected) {
+			pv = bpf_map_lookup_elem(&egr_prot4_v1, &k4);
+			if (pv)
+				egr_audit_plen(pv->flags, m);
+		} else {
+			av = bpf_map_lookup_elem(&egr_allow4_v1, &k4);
+			if (av)
+				egr_audit_plen(av->flags, m);
+		}
+		return;
+	}
+	__builtin_memcpy(k6.addr, a->b, 16);
+	if (!protected) {
+		av = bpf_map_lookup_elem(&egr_allow6_v1, &k6);
+		if (av)
+			egr_audit_plen(av->flags, m);
+		return;
+	}
+	__u32 v4[EGR_MAX_EMBEDDED_V4];
+	int n = egr_addr_embedded_v4(a, v4);
+
+	for (int i = 0; i < EGR_MAX_EMBEDDED_V4; i++) {
+		if (i >= n)
+			break;
+		egr_audit_key4(&k4, policy_id, v4[i]);
+		pv = bpf_map_lookup_elem(&egr_prot4_v1, &k4);
+		if (pv) {
+			if (egr_audit_plen(pv->flags, m)) {
+				m->flags |= EGR_MATCH_CIDR_EMBEDDED_V4;
+				m->id = v4[i];
+			}
+			return;
+		}
+	}
+	pv = bpf_map_lookup_elem(&egr_prot6_v1, &k6);
+	if (pv)
+		egr_audit_plen(pv->flags, m);
+}
+
+/* What put the destination under its reason: the CIDR (allowed, protected)
+ * or the name id the DNS proxy wrote with a resolved address. */
+static __always_inline void egr_audit_match(__u64 sandbox_id, __u32 policy_id, __u8 reason,
+					    const struct egr_addr *a, struct egr_match *m)
+{
+	if (reason == EGR_REASON_RESOLVED) {
+		struct egr_resolved_key rk = { .sandbox_id = sandbox_id };
+		struct egr_resolved_val *rv;
+
+		__builtin_memcpy(rk.addr, a->b, 16);
+		rv = bpf_map_lookup_elem(&egr_resolved_v1, &rk);
+		if (rv)
+			m->id = rv->name_id;
+	} else if (reason == EGR_REASON_PROTECTED || reason == EGR_REASON_ALLOWED) {
+		egr_audit_match_cidr(policy_id, reason == EGR_REASON_PROTECTED, a, m);
+	}
+}
+
+/* A redirected query is recorded as the sandbox asked it: to its resolver
+ * (the socket's dns_orig), not to the endpoint the redirect put in ctx. */
+static __always_inline void egr_audit_dns_asked(struct bpf_sock_addr *ctx, struct egr_addr *dst,
+						__u16 *port_be)
+{
+	struct egr_sock_val *st;
+
+	if (!ctx->sk)
+		return;
+	st = bpf_sk_storage_get(&egr_sock_v2, ctx->sk, 0, 0);
+	if (!st || !(st->flags & EGR_SOCK_DNS_REDIRECTED))
+		return;
+	__builtin_memcpy(dst->b, st->dns_orig, 16);
+	*port_be = st->dns_orig_port;
+}
+
+/* connect4/6 and sendmsg4/6, in the caller's context.  0: the occurrence
+ * was lost (a strict sandbox refuses it, lib/audit_mode.h). */
+static __always_inline int egr_audit_sock_addr(struct bpf_sock_addr *ctx,
+					       const struct egr_cgroup_val *sb,
+					       struct egr_decision d, int is_v4, int is_connect)
 {
 	struct egr_event_key k = {};
 	struct egr_event_task t = {};
+	struct egr_match m = {};
 	struct egr_addr dst;
+	__u16 port_be;
 	__u64 v;
 
 	if (!egr_audit_judged(sb, d))
-		return;
+		return 1;
+	if (d.action == EGR_PASS_WOULD_DENY)
+		egr_count(EGR_STAT_WOULD_DENY);
 	egr_sock_addr_dst(ctx, is_v4, &dst);
+	port_be = (__u16)ctx->user_port;
+	if (d.reason == EGR_REASON_DNS_REDIRECT)
+		egr_audit_dns_asked(ctx, &dst, &port_be);
+	else
+		egr_audit_match(sb->sandbox_id, sb->policy_id, d.reason, &dst, &m);
 	k.sandbox_id = sb->sandbox_id;
 	k.sock_cookie = is_connect ? 0 : bpf_get_socket_cookie(ctx);
 	__builtin_memcpy(k.daddr, dst.b, 16);
-	k.dport = bpf_ntohs((__u16)ctx->user_port);
+	k.dport = bpf_ntohs(port_be);
 	k.kind = is_connect ? EGR_EVENT_CONNECT : EGR_EVENT_SEND;
 	k.action = d.action;
 	k.reason = d.reason;
@@ -286,8 +402,7 @@ static __always_inline void egr_audit_sock_addr(struct bpf_sock_addr *ctx,
 	t.gid = v >> 32;
 	bpf_get_current_comm(t.comm, sizeof(t.comm));
 
-	egr_audit_record(&k, &t, EGR_EVENT_HAS_TASK | EGR_EVENT_HAS_UID,
-			 egr_audit_match_id(sb, d, &dst));
+	return egr_audit_record(&k, &t, EGR_EVENT_HAS_TASK | EGR_EVENT_HAS_UID, &m);
 }
 
 /* The destination of a dropped packet, from its fixed header only (the judge
@@ -322,8 +437,8 @@ static __always_inline void egr_audit_skb_dst(struct __sk_buff *skb, struct egr_
 		k->dport = bpf_ntohs(port);
 }
 
-/* cgroup_skb egress: only drops are recorded (what passes was recorded at
- * connect() or sendmsg()).  It may run in softirq, where "current" is not
+/* cgroup_skb egress: only drops (and an audit-only sandbox's would-denies)
+ * are recorded (what passes was recorded at connect() or sendmsg()).  It may run in softirq, where "current" is not
  * the sender: no task, and the uid is the socket's.
  *
  * A global function, verified once whatever the decision (inlined, the
@@ -334,24 +449,36 @@ __noinline int egr_audit_skb_record(struct __sk_buff *skb, __u64 sandbox_id, __u
 {
 	struct egr_event_key k = {};
 	struct egr_event_task t = {};
+	struct egr_match m = {};
 	__u32 action = (decision >> 8) & 0xff, reason = decision & 0xff;
 	__u16 flags = 0;
 
 	if (!skb || action == EGR_PASS || reason == EGR_REASON_NOT_SANDBOX ||
 	    reason == EGR_REASON_NOT_IP)
 		return 0;
+	if (action == EGR_PASS_WOULD_DENY)
+		egr_count(EGR_STAT_WOULD_DENY);
 	k.sandbox_id = sandbox_id;
 	k.kind = EGR_EVENT_BACKSTOP;
 	k.action = action;
 	k.reason = reason;
 	k.epoch = egr_audit_epoch();
 	egr_audit_skb_dst(skb, &k);
+	if (k.family && reason == EGR_REASON_PROTECTED) {
+		/* The sandbox id is its cgroup's id, the key of its entry. */
+		const struct egr_cgroup_val *sb = bpf_map_lookup_elem(&egr_cgroups_v1, &sandbox_id);
+		struct egr_addr dst;
+
+		__builtin_memcpy(dst.b, k.daddr, 16);
+		if (sb)
+			egr_audit_match_cidr(sb->policy_id, 1, &dst, &m);
+	}
 	t.cgroup_id = bpf_skb_cgroup_id(skb);
 	if (skb->sk) {
 		t.uid = bpf_get_socket_uid(skb);
 		flags |= EGR_EVENT_HAS_UID;
 	}
-	egr_audit_record(&k, &t, flags, 0);
+	egr_audit_record(&k, &t, flags, &m);
 	return 0;
 }
 

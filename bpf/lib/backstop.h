@@ -16,6 +16,7 @@
 #include "lib/decision.h"
 #include "lib/verdict.h"
 #include "lib/dns_redirect.h"
+#include "lib/audit_mode.h"
 
 #define EGR_LOOPBACK_IFINDEX 1 /* `lo` has this index in every netns */
 
@@ -126,7 +127,11 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 
 	d = egr_judge(sb, pol, &p.dst, p.dport);
 	if (!egr_passes(d))
-		return d;
+		/* An audit-only sandbox's would-deny returns here, before the
+		 * routing-header hops: a source-routed packet to a destination
+		 * the policy does not allow stays refused, and the verifier
+		 * does not walk the hops once more for it. */
+		return p.nsegments ? d : egr_audit_only(pol, d);
 	if (p.nsegments) {
 		struct egr_decision hops = egr_judge_segments(skb, sb, pol, &p);
 

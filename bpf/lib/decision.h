@@ -13,6 +13,9 @@ enum egr_action {
 	EGR_PASS = 0,
 	EGR_DENY_REJECT, /* refuse so the caller learns it (EPERM) */
 	EGR_DENY_DROP,   /* refuse silently: the caller sees a timeout */
+	/* a denial of an audit-only sandbox's policy, let through and recorded
+	 * as would-deny (lib/audit_mode.h); only egr_audit_only() makes it */
+	EGR_PASS_WOULD_DENY,
 };
 
 /* enum egr_reason is in maps/egressd_abi.h: the audit record carries it. */
@@ -40,9 +43,17 @@ static __always_inline struct egr_decision egr_deny(const struct egr_policy_val 
 			  reason);
 }
 
+/* A pass of the policy's (what the judges compose: a would-deny is made only
+ * after them, by the entry point's judge). */
 static __always_inline int egr_passes(struct egr_decision d)
 {
 	return d.action == EGR_PASS;
+}
+
+/* Lets the caller through: a pass, or an audit-only sandbox's would-deny. */
+static __always_inline int egr_lets_through(struct egr_decision d)
+{
+	return d.action == EGR_PASS || d.action == EGR_PASS_WOULD_DENY;
 }
 
 /* Counts a decision under the entry point's own pass/deny counters.  What
@@ -57,8 +68,8 @@ static __always_inline void egr_count_decision(struct egr_decision d, __u32 pass
 		return;
 	if (d.reason == EGR_REASON_CONTAINED)
 		stat = EGR_STAT_CONTAINED_DENY;
-	else
-		stat = egr_passes(d) ? pass_stat : deny_stat;
+	else /* a would-deny is a pass (its own counter is the recorder's) */
+		stat = egr_lets_through(d) ? pass_stat : deny_stat;
 	egr_count(stat); /* one lookup site, not one per counter */
 }
 

@@ -12,6 +12,7 @@
 #include "lib/decision.h"
 #include "lib/verdict.h"
 #include "lib/dns_redirect.h"
+#include "lib/audit_mode.h"
 
 /* is_v4 is a constant per program: each SEC() wrapper gets straight-line
  * context reads (the verifier rejects a computed context pointer). */
@@ -142,9 +143,9 @@ static __always_inline struct egr_decision egr_sock_addr_judge(struct bpf_sock_a
 	else if (foreign && egr_addr_is_loopback(&dst))
 		d = egr_decide(EGR_PASS, EGR_REASON_OWN_LOOPBACK);
 	else
-		d = egr_judge(sb, pol, &dst, port);
+		d = egr_audit_only(pol, egr_judge(sb, pol, &dst, port));
 
-	if (egr_passes(d)) {
+	if (egr_lets_through(d)) { /* a would-deny is a connection like any other */
 		egr_note_socket(ctx, sb, &dst,
 				is_connect ? EGR_NOTE_CONNECT_ALLOWED : EGR_NOTE_SENDMSG, foreign);
 		return d;

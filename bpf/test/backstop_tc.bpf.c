@@ -23,5 +23,5 @@ int egr_test_backstop_tc(struct __sk_buff *skb)
 	struct egr_decision d =
 		egr_backstop_judge(skb, EGR_ETH_HLEN, egr_sandbox_of_skb(skb));
 
-	return egr_passes(d) ? EGR_TC_ACT_OK : EGR_TC_ACT_SHOT;
+	return egr_lets_through(d) ? EGR_TC_ACT_OK : EGR_TC_ACT_SHOT;
 }

@@ -126,7 +126,9 @@ EGR_PIN_OFFSET(egr_event, boot_ns, 88);
 EGR_PIN_OFFSET(egr_event, seq, 96);
 EGR_PIN_OFFSET(egr_event, cpu, 104);
 EGR_PIN_OFFSET(egr_event, flags, 108);
-EGR_PIN_OFFSET(egr_event, pad0, 110);
+// The reserved u16 pad became two u8s (issue 13's match.cidr): layout kept.
+EGR_PIN_OFFSET(egr_event, match_plen, 110);
+EGR_PIN_OFFSET(egr_event, match_flags, 111);
 EGR_PIN_OFFSET(egr_event, match_id, 112);
 EGR_PIN_OFFSET(egr_event, pad1, 116);
 
@@ -135,7 +137,8 @@ EGR_PIN_OFFSET(egr_fold_val, task, 0);
 EGR_PIN_OFFSET(egr_fold_val, first_boot_ns, 40);
 EGR_PIN_OFFSET(egr_fold_val, count, 48);
 EGR_PIN_OFFSET(egr_fold_val, flags, 56);
-EGR_PIN_OFFSET(egr_fold_val, pad0, 58);
+EGR_PIN_OFFSET(egr_fold_val, match_plen, 58);
+EGR_PIN_OFFSET(egr_fold_val, match_flags, 59);
 EGR_PIN_OFFSET(egr_fold_val, match_id, 60);
 
 EGR_PIN_SIZE(egr_loss_key, 16);
@@ -185,6 +188,21 @@ TEST(AbiLayout, MapNamesFitAndCarryVersion) {
     EXPECT_TRUE(HasVersionSuffix(name)) << name;
     EXPECT_EQ(name.rfind("egr_", 0), 0u) << name;
   }
+}
+
+// Flags that reuse reserved fields: each bit distinct, and the prefix length
+// bits leave room for /128 below the "set" bit.
+TEST(AbiLayout, ReservedFieldsReusedForAuditKeepTheirRoom) {
+  static_assert(EGR_LPM_PLEN_MASK >= 128, "a v6 prefix length fits the mask");
+  static_assert((EGR_LPM_PLEN_SET & EGR_LPM_PLEN_MASK) == 0, "the set bit is not a length bit");
+  static_assert(sizeof(((egr_policy_val*)nullptr)->flags) == 1);
+  static_assert((EGR_POLICY_AUDIT_ONLY & EGR_POLICY_STRICT_AUDIT) == 0);
+  static_assert((EGR_POLICY_AUDIT_ONLY | EGR_POLICY_STRICT_AUDIT) <= 0xff, "fits egr_policy_val.flags");
+  static_assert((EGR_MATCH_CIDR & EGR_MATCH_CIDR_EMBEDDED_V4) == 0);
+  // New reasons and counters are appended: older ones keep their numbers.
+  static_assert(EGR_REASON_DNS_ENDPOINT == 19 && EGR_REASON_AUDIT_UNRECORDED == 20);
+  static_assert(EGR_STAT_EVENT_LOST == 13 && EGR_STAT_WOULD_DENY == 14 && EGR_STAT_STRICT_DENY == 15);
+  SUCCEED();
 }
 
 TEST(AbiLayout, VersionSuffixCheckRejectsUnversionedNames) {
