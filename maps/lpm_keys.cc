@@ -49,6 +49,16 @@ absl::StatusOr<net::Cidr> NetworkOf(const net::IpAddr& ip, int len) {
 
 }  // namespace
 
+uint32_t LpmPlenFlags(const net::Cidr& cidr) {
+  return EGR_LPM_PLEN_SET | (static_cast<uint32_t>(cidr.prefix_len()) & EGR_LPM_PLEN_MASK);
+}
+
+egr_prot_val MakeProtVal(const net::Cidr& cidr) {
+  egr_prot_val v{};
+  v.flags = LpmPlenFlags(cidr);
+  return v;
+}
+
 egr_lpm4_key MakeLpm4Key(PolicyId id, const net::Cidr& cidr) {
   egr_lpm4_key k{};
   k.prefixlen = 32 + cidr.prefix_len();
@@ -94,6 +104,7 @@ absl::StatusOr<std::vector<AllowEntry>> BuildAllowEntries(
   out.reserve(by_cidr.size());
   for (const auto& [cidr, ports] : by_cidr) {
     AllowEntry e{cidr, {}};
+    e.value.flags = LpmPlenFlags(cidr);
     if (ports) {
       Ranges r = Normalize(*ports);
       if (r.size() > EGR_MAX_PORT_RANGES) {
@@ -135,6 +146,7 @@ egr_policy_val MakePolicyHeader(const policy::CompiledPolicy& p, uint64_t conten
                                                                    : EGR_VERDICT_DENY;
   v.deny_action = p.deny_action == policy::DenyAction::kDrop ? EGR_ACTION_DROP
                                                              : EGR_ACTION_REJECT;
+  v.flags = (p.audit.audit_only ? EGR_POLICY_AUDIT_ONLY : 0) | (p.audit.strict ? EGR_POLICY_STRICT_AUDIT : 0);
   v.content_hash = content_hash;
   return v;
 }

@@ -17,6 +17,11 @@ using PolicyId = uint32_t;
 egr_lpm4_key MakeLpm4Key(PolicyId id, const net::Cidr& cidr);
 egr_lpm6_key MakeLpm6Key(PolicyId id, const net::Cidr& cidr);
 
+// The value flags of an LPM entry for `cidr`: its own prefix length, for the
+// audit record to name the CIDR an LPM lookup matched (egressd_abi.h).
+uint32_t LpmPlenFlags(const net::Cidr& cidr);
+egr_prot_val MakeProtVal(const net::Cidr& cidr);
+
 struct AllowEntry {
   net::Cidr cidr;
   egr_allow_val value;

@@ -114,8 +114,8 @@ absl::StatusOr<PolicyId> PolicyStore::FreshId() const {
 }
 
 absl::Status PolicyStore::WriteEntries(PolicyId id, const policy::CompiledPolicy& p) {
-  egr_prot_val prot{};
   for (const auto& pc : p.protected_cidrs) {
+    const egr_prot_val prot = MakeProtVal(pc.cidr);
     if (pc.cidr.addr().is_v4()) {
       EGR_RETURN_IF_ERROR(Update(maps_.prot4(), EGR_MAP_PROT4, MakeLpm4Key(id, pc.cidr), prot));
     } else {

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,7 @@
 #include "userspace/common/instance_lock.h"
 #include "loader/probe.h"
 #include "maps/pinned_maps.h"
+#include "maps/lpm_keys.h"
 #include "maps/policy_store.h"
 #include "maps/sandbox_table.h"
 #include "maps/stats.h"
@@ -102,11 +104,21 @@ int CmdStatus(const Paths& paths, bool json) {
   j["loaded"] = IsLoaded(paths);
   j["socket_containment"] = RequireSocketContainment(paths).ok();
   j["pin_root"] = paths.pin_root;
+  // What the kernel does for a sandbox is its policy header's: an audit-only
+  // one is not enforced, and is never shown as if it were.
+  std::map<uint32_t, uint8_t> policy_flags;
+  for (const auto& p : *policies) policy_flags[p.id] = p.header.flags;
+  auto put_mode = [](nlohmann::json& into, uint8_t flags) {
+    into["enforced"] = !(flags & EGR_POLICY_AUDIT_ONLY);
+    into["audit_only"] = (flags & EGR_POLICY_AUDIT_ONLY) != 0;
+    into["strict_audit"] = (flags & EGR_POLICY_STRICT_AUDIT) != 0;
+  };
   j["cgroups"] = nlohmann::json::array();
   for (const auto& c : *cgroups) {
     j["cgroups"].push_back({{"cgroup_id", c.cgroup_id},
                             {"kind", c.value.kind == EGR_CG_SANDBOX ? "sandbox" : "contained-root"},
                             {"policy_id", c.value.policy_id}});
+    if (c.value.kind == EGR_CG_SANDBOX) put_mode(j["cgroups"].back(), policy_flags[c.value.policy_id]);
   }
   j["policies"] = nlohmann::json::array();
   for (const auto& p : *policies) {
@@ -115,11 +127,18 @@ int CmdStatus(const Paths& paths, bool json) {
                              {"default", p.header.default_verdict == EGR_VERDICT_ALLOW ? "allow" : "deny"},
                              {"on_deny", p.header.deny_action == EGR_ACTION_DROP ? "drop" : "reject"},
                              {"content_hash", absl::StrFormat("%016x", p.header.content_hash)}});
+    put_mode(j["policies"].back(), p.header.flags);
     const maps::KeyCounts k = keys.contains(p.id) ? keys[p.id] : maps::KeyCounts{};
     j["policies"].back()["keys"] = {{"allow4", k.allow4}, {"allow6", k.allow6}, {"prot4", k.prot4}, {"prot6", k.prot6}};
   }
   j["records"] = nlohmann::json::array();
-  for (const auto& r : *records) j["records"].push_back(control::ToJson(r));
+  for (const auto& r : *records) {
+    j["records"].push_back(control::ToJson(r));
+    // As recorded (a record whose policy is unknown shows the kernel's).
+    const uint8_t flags = r.current.policy ? maps::MakePolicyHeader(*r.current.policy, 0).flags
+                                           : policy_flags[r.current.policy_id];
+    put_mode(j["records"].back(), flags);
+  }
   const auto& c = *consistency;
   j["consistency"] = {{"consistent", c.consistent()},
                       {"records", c.records},
@@ -140,8 +159,10 @@ int CmdStatus(const Paths& paths, bool json) {
   std::printf("egressd %s (pins under %s)\n", j["loaded"].get<bool>() ? "loaded" : "NOT fully loaded",
               paths.pin_root.c_str());
   for (const auto& c : j["cgroups"]) {
-    std::printf("  cgroup %-12s %-15s policy %#x\n", std::to_string(c["cgroup_id"].get<uint64_t>()).c_str(),
-                c["kind"].get<std::string>().c_str(), c["policy_id"].get<uint32_t>());
+    std::printf("  cgroup %-12s %-15s policy %#x%s%s\n", std::to_string(c["cgroup_id"].get<uint64_t>()).c_str(),
+                c["kind"].get<std::string>().c_str(), c["policy_id"].get<uint32_t>(),
+                c.value("audit_only", false) ? " NOT ENFORCED (audit-only: denials recorded as would-deny)" : "",
+                c.value("strict_audit", false) ? " strict-audit" : "");
   }
   for (const auto& p : j["policies"]) {
     std::printf("  policy %#-10x default %-5s on-deny %-6s sandboxes %u\n", p["policy_id"].get<uint32_t>(),

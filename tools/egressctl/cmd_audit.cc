@@ -102,8 +102,8 @@ int CmdAudit(const Paths& paths, const AuditFlags& flags) {
     filter.sandbox = id;
   }
   if (!flags.verdict.empty()) {
-    if (flags.verdict != "allow" && flags.verdict != "deny") {
-      std::fprintf(stderr, "egressctl: --verdict \"%s\": allow or deny\n", flags.verdict.c_str());
+    if (flags.verdict != "allow" && flags.verdict != "deny" && flags.verdict != "would-deny") {
+      std::fprintf(stderr, "egressctl: --verdict \"%s\": allow, deny or would-deny\n", flags.verdict.c_str());
       return kExitBadInput;
     }
     filter.verdict = flags.verdict;

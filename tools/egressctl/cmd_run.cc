@@ -172,7 +172,7 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   // is created or the command starts.  run serves its sandbox's DNS itself
   // whenever an upstream is known, and refuses a policy with names when none
   // is: its names are always enforced.
-  auto policy = CompileFlags(flags, /*dns_served=*/true);
+  auto policy = CompileFlags(flags, /*dns_served=*/true, &sandbox_flags);
   if (!policy.ok()) {
     if (absl::IsInvalidArgument(policy.status())) {
       audit::WriteOneUserEvent(paths, audit::PolicyRejectedJson(0, "run", "", std::string(policy.status().message())), 0);

@@ -103,7 +103,7 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
   SandboxFlags sandbox = sandbox_flags;
   const absl::Status config_endpoints = EndpointsFromConfig(flags.config, sandbox);
   // A sandbox given a DNS endpoint has its names served (egressctl dns serve).
-  auto policy = CompileFlags(flags, !sandbox.dns_endpoint4.empty() || !sandbox.dns_endpoint6.empty());
+  auto policy = CompileFlags(flags, !sandbox.dns_endpoint4.empty() || !sandbox.dns_endpoint6.empty(), &sandbox);
   if (!policy.ok()) {
     if (absl::IsInvalidArgument(policy.status())) {
       audit::WriteOneUserEvent(

@@ -44,6 +44,8 @@ struct SandboxFlags {
   std::string netns;                // sandbox add --netns PATH (empty: not known)
   std::string dns_endpoint4;        // --dns-endpoint4 ADDR (empty: none)
   std::string dns_endpoint6;        // --dns-endpoint6 ADDR (empty: none)
+  bool audit_only = false;          // --audit-only (the deployment config must allow it)
+  bool strict_audit = false;        // --strict-audit
 };
 
 // Where the socket-family hooks are missing: FailedPrecondition naming what

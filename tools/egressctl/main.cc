@@ -84,6 +84,12 @@ void AddSandboxFlags(CLI::App* cmd, egressd::cli::SandboxFlags& f) {
                   "of its own): one its netns routes to this node, e.g. a pod's gateway, or 127.0.0.1 in the "
                   "node's netns.  Without an endpoint of a family, the sandbox's DNS in it is refused");
   cmd->add_option("--dns-endpoint6", f.dns_endpoint6, "IPv6 address of the sandbox's DNS endpoint (as --dns-endpoint4)");
+  cmd->add_flag("--audit-only", f.audit_only,
+                "Audit only, NOT enforced: the policy's denials are recorded as would-deny and allowed (protected "
+                "ranges and structural refusals stay denied). Refused unless the deployment config (--config) has "
+                "audit: {allowAuditOnly: true}");
+  cmd->add_flag("--strict-audit", f.strict_audit,
+                "Refuse a connect or send whose audit event cannot be recorded (ring full and no fold slot)");
 }
 
 }  // namespace
@@ -154,7 +160,7 @@ int main(int argc, char** argv) {
   audit->add_option("--input", audit_flags.input, "Read a JSON-lines file instead of the kernel's trail");
   audit->add_flag("--follow", audit_flags.follow, "Keep reading (until SIGINT/SIGTERM)");
   audit->add_option("--sandbox", audit_flags.sandbox, "Only this sandbox (its id: the cgroup id)");
-  audit->add_option("--verdict", audit_flags.verdict, "allow | deny");
+  audit->add_option("--verdict", audit_flags.verdict, "allow | deny | would-deny (audit-only sandboxes)");
   audit->add_option("-o,--output", audit_flags.output, "json (default) | compact");
   audit->add_option("--window-ms", audit_flags.window_ms, "Fold window while reading the ring (default 1000)");
   cli::SuggestFlags suggest_flags;

@@ -43,9 +43,12 @@ policy::PolicyInputs ToPolicyInputs(const PolicyFlags& flags) {
   return in;
 }
 
-absl::StatusOr<policy::CompiledPolicy> CompileFlags(const PolicyFlags& flags, bool dns_served) {
+absl::StatusOr<policy::CompiledPolicy> CompileFlags(const PolicyFlags& flags, bool dns_served,
+                                                    const SandboxFlags* sandbox) {
   policy::PolicyInputs in = ToPolicyInputs(flags);
   in.dns_served = dns_served;
+  in.labels.audit_only = "--audit-only";
+  if (sandbox != nullptr) in.audit = {.audit_only = sandbox->audit_only, .strict = sandbox->strict_audit};
   return policy::CompileInputs(in);
 }
 

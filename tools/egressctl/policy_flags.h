@@ -17,7 +17,10 @@ policy::PolicyInputs ToPolicyInputs(const PolicyFlags& flags);
 // warnings, or every problem at once (nothing is applied).  `dns_served`:
 // egressd's DNS proxy serves the sandbox, so its names are enforced (no
 // warning that they reach nothing).
-absl::StatusOr<policy::CompiledPolicy> CompileFlags(const PolicyFlags& flags, bool dns_served = false);
+// `sandbox`: run's and sandbox add's --audit-only/--strict-audit (the
+// sandbox's audit mode); null for policy check/compile.
+absl::StatusOr<policy::CompiledPolicy> CompileFlags(const PolicyFlags& flags, bool dns_served = false,
+                                                    const SandboxFlags* sandbox = nullptr);
 
 // Prints each of the policy's warnings as "egressctl: warning: ...".
 void PrintWarnings(const policy::CompiledPolicy& p);

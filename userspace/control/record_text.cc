@@ -47,6 +47,8 @@ void AppendPolicy(std::string& out, const policy::CompiledPolicy& p) {
   AppendString(out, std::string(policy::ToString(p.default_verdict)));
   out += ",\"on_deny\":";
   AppendString(out, std::string(policy::ToString(p.deny_action)));
+  if (p.audit.audit_only) out += ",\"audit_only\":true";
+  if (p.audit.strict) out += ",\"strict_audit\":true";
   out += ",\"protected\":[";
   for (size_t i = 0; i < p.protected_cidrs.size(); ++i) {
     out += i ? ",{\"cidr\":" : "{\"cidr\":";
@@ -162,7 +164,11 @@ class RecordSax : public nlohmann::json_sax<Json> {
     if (Is({"current", "policy"})) r_.current.policy.reset();
     return true;
   }
-  bool boolean(bool) override { return true; }
+  bool boolean(bool v) override {
+    if (Is({"current", "policy", "audit_only"})) Policy().audit.audit_only = v;
+    if (Is({"current", "policy", "strict_audit"})) Policy().audit.strict = v;
+    return true;
+  }
   bool number_integer(number_integer_t v) override { return v >= 0 ? Number(static_cast<uint64_t>(v)) : Fail("negative number"); }
   bool number_unsigned(number_unsigned_t v) override { return Number(v); }
   bool number_float(number_float_t, const string_t&) override { return Fail("unexpected float"); }

@@ -83,6 +83,7 @@ absl::StatusOr<PolicyRef> RefFromJson(const json& j) {
 struct Canonical {
   policy::Verdict verdict;
   policy::DenyAction action;
+  policy::AuditMode audit;
   std::vector<net::Cidr> prot;
   std::vector<std::pair<net::Cidr, std::vector<policy::PortRange>>> allowed;
   std::vector<std::string> names, wildcards;
@@ -96,7 +97,7 @@ void SortUnique(std::vector<T>& v) {
 }
 
 Canonical CanonicalOf(const policy::CompiledPolicy& p) {
-  Canonical c{p.default_verdict, p.deny_action, {}, {}, {}, {}};
+  Canonical c{p.default_verdict, p.deny_action, p.audit, {}, {}, {}, {}};
   for (const auto& x : p.protected_cidrs) c.prot.push_back(x.cidr);
   SortUnique(c.prot);
   // BuildAllowEntries is what the kernel gets; it can fail (too many ranges),
@@ -154,6 +155,11 @@ absl::StatusOr<policy::CompiledPolicy> PolicyFromJson(const json& j) {
   p.default_verdict = verdict == "allow" ? policy::Verdict::kAllow : policy::Verdict::kDeny;
   EGR_ASSIGN_OR_RETURN(std::string action, Str(j, "on_deny"));
   EGR_ASSIGN_OR_RETURN(p.deny_action, policy::ParseDenyAction(action));
+  for (auto [key, into] : {std::pair{"audit_only", &p.audit.audit_only}, std::pair{"strict_audit", &p.audit.strict}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_boolean()) return Bad(absl::StrCat("record: \"", key, "\" is not a boolean"));
+    *into = j[key].get<bool>();
+  }
   for (const char* list : {"protected", "allowed", "names", "wildcards"}) {
     if (!j.contains(list) || !j[list].is_array()) return Bad(absl::StrCat("record: \"", list, "\" missing"));
   }

@@ -108,6 +108,9 @@ uint64_t CompiledPolicy::ContentHash() const {
   for (const std::string& w : SortedUnique(wildcard_suffixes)) {
     AppendName(s, "wildcard", w);
   }
+  // Only when set: an enforced policy hashes as it did before audit modes.
+  if (audit.audit_only) s += "audit_only\n";
+  if (audit.strict) s += "strict_audit\n";
   return Fnv1a(s);
 }
 
@@ -118,6 +121,8 @@ std::string CompiledPolicy::ToText() const {
   std::string out = "policy " + std::string(hash) + "\n";
   out += "default " + std::string(ToString(default_verdict)) + "\n";
   out += "on_deny " + std::string(ToString(deny_action)) + "\n";
+  if (audit.audit_only) out += "audit_only (denials recorded as would-deny and allowed: not enforced)\n";
+  if (audit.strict) out += "strict_audit (a connect or send that cannot be recorded is denied)\n";
   for (const ProtectedCidr& p : protected_cidrs) {
     out += "protected " + p.cidr.ToString() + " (" + p.source + ")\n";
   }

@@ -66,6 +66,20 @@ struct NameRule {
   auto operator<=>(const NameRule&) const = default;
 };
 
+// How a sandbox's audit trail bears on its enforcement (docs/audit.md).  Set
+// by the operator at registration, never by a declaration: CompileInputs
+// takes it from PolicyInputs::audit, and refuses audit_only unless the
+// deployment config allows it.
+struct AuditMode {
+  // The policy's own denials (nothing it allows matched) are let through
+  // and recorded as would-deny; protected ranges and the structural
+  // refusals stay denied.  Such a sandbox is not enforced.
+  bool audit_only = false;
+  // A connect or send whose audit event cannot be recorded is refused.
+  bool strict = false;
+  bool operator==(const AuditMode&) const = default;
+};
+
 struct CompiledPolicy {
   Verdict default_verdict = Verdict::kAllow;
   DenyAction deny_action = DenyAction::kReject;
@@ -79,6 +93,10 @@ struct CompiledPolicy {
   std::vector<NameRule> names;
   // "*.example.com" stored as "example.com", sorted, one entry per suffix.
   std::vector<NameRule> wildcard_suffixes;
+  // Part of what the kernel enforces (egr_policy_val.flags) and of the
+  // content hash: an audit-only or strict sandbox never shares a policy id
+  // with an enforced one.
+  AuditMode audit;
   // What the compiler noticed but accepted (a wildcard over a public suffix,
   // an ignored single-label host...), one sentence each.  Not policy content:
   // neither hashed nor printed by ToJson/ToText.

@@ -6,6 +6,8 @@ nlohmann::json ToJson(const CompiledPolicy& p) {
   nlohmann::json j;
   j["default"] = std::string(ToString(p.default_verdict));
   j["on_deny"] = std::string(ToString(p.deny_action));
+  if (p.audit.audit_only) j["audit_only"] = true;
+  if (p.audit.strict) j["strict_audit"] = true;
   j["protected"] = nlohmann::json::array();
   for (const ProtectedCidr& pc : p.protected_cidrs) {
     j["protected"].push_back({{"cidr", pc.cidr.ToString()}, {"source", pc.source}});

@@ -35,6 +35,7 @@ struct Raw {
   // dns: (issue 11)
   std::optional<std::vector<yaml::Located>> dns_upstreams;
   std::optional<yaml::Located> dns_endpoint4, dns_endpoint6;
+  bool allow_audit_only = false;
 };
 
 // ---- dns ----
@@ -96,6 +97,19 @@ DnsSettings ResolveDns(const Raw& raw, std::vector<std::string>& errors) {
 }
 // ---- end dns ----
 
+
+void ReadAudit(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
+  if (node.IsNull()) return;
+  auto entries = w.Mapping(node, "audit", {"allowAuditOnly"}, "");
+  if (!entries) {
+    w.Error("audit", "must be a mapping");
+    return;
+  }
+  for (const auto& [key, value_ptr] : *entries) {
+    if (key == "allowAuditOnly") raw.allow_audit_only = w.Bool(*value_ptr, "audit.allowAuditOnly").value_or(false);
+  }
+}
+
 void ReadPlatform(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
   if (node.IsNull()) return;
   auto entries = w.Mapping(
@@ -141,7 +155,7 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
   auto top = w.Mapping(doc, "",
                        {"airgapped", "hostedEdge", "protected", "onDeny",
                         "platform", "sealedInstalls", "egressExtraAllow",
-                        "sandboxExtraEnv", "dns"},
+                        "sandboxExtraEnv", "dns", "audit"},
                        "");
   if (!top) {
     w.Error(file, "must be a mapping of settings");
@@ -171,6 +185,8 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
       ReadEnv(w, value, raw);
     } else if (key == "dns") {
       ReadDns(w, value, raw);
+    } else if (key == "audit") {
+      ReadAudit(w, value, raw);
     }
   }
   return raw;
@@ -279,6 +295,7 @@ absl::StatusOr<DeploymentConfig> ParseDeploymentConfig(
 
   DeploymentConfig d;
   d.airgapped = raw->airgapped;
+  d.allow_audit_only = raw->allow_audit_only;
   if (raw->on_deny) {
     auto a = ParseDenyAction(raw->on_deny->value);
     if (a.ok()) {

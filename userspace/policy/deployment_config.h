@@ -20,6 +20,10 @@
 //     upstreams: [198.51.100.8, "192.0.2.53:5353", "[2001:db8::53]:53"]
 //     endpoint4: 10.244.0.1   # where sandboxes' queries are steered (a pod's gateway)
 //     endpoint6: fd00:244::1
+//   audit:
+//     allowAuditOnly: false   # true: the operator may register a sandbox
+//                             # audit-only (egressctl sandbox add --audit-only);
+//                             # never a default for every sandbox
 #ifndef EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
 #define EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
 
@@ -77,6 +81,10 @@ struct DeploymentConfig {
   std::vector<std::string> warnings;
   // dns: (upstreams, endpoints); empty when the config has none.
   DnsSettings dns;
+  // audit.allowAuditOnly: a sandbox may be registered audit-only (its
+  // policy's denials recorded as would-deny and allowed).  Only a permission:
+  // no sandbox is audit-only unless its registration asks.
+  bool allow_audit_only = false;
 };
 
 // `egressctl run --floor F --on-deny A` as a one-machine deployment: the

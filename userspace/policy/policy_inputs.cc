@@ -91,6 +91,12 @@ absl::StatusOr<CompiledPolicy> CompileInputs(const PolicyInputs& in) {
     deployment = DeploymentForFloor(floor, action.value_or(DenyAction::kReject));
   }
   if (deployment && action) deployment->deny_action = *action;
+  if (in.audit.audit_only && deployment && !deployment->allow_audit_only) {
+    errors.push_back(label.audit_only + ": the deployment config does not allow audit-only sandboxes (set " +
+                     "audit: {allowAuditOnly: true} in " +
+                     (in.config ? label.config + " " + net::Quote(in.config->name) : "a deployment config given with " + label.config) +
+                     "); nothing is registered");
+  }
 
   SandboxInputs sandbox;
   sandbox.task = ReadDeclaration(label.task, in.task, ParseTaskDeclaration, errors);
@@ -119,6 +125,7 @@ absl::StatusOr<CompiledPolicy> CompileInputs(const PolicyInputs& in) {
                           {.public_suffixes = psl, .names_enforced = in.dns_served});
   if (!compiled.ok()) AddErrors(errors, compiled.status());
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+  compiled->audit = in.audit;
   if (lazy_psl.unreadable() && !compiled->wildcard_suffixes.empty()) {
     compiled->warnings.push_back(
         "the public suffix list " + net::Quote(lazy_psl.path()) +

@@ -46,6 +46,7 @@ struct PolicyInputs {
     std::string task = "task";
     std::string runtime = "runtime";
     std::string kind = "kind";
+    std::string audit_only = "audit_only";
   };
   Labels labels;
 
@@ -63,6 +64,10 @@ struct PolicyInputs {
   std::vector<std::string> grants;       // orchestrator grants, "ADDR:PORTS"
   bool ships_services = false;           // the task ships compose services
   bool dns_served = false;               // egressd's DNS proxy serves this sandbox (CompileOptions::names_enforced)
+  // The operator's audit mode for the sandbox (never a declaration's):
+  // audit_only is refused unless the deployment config allows it
+  // (audit.allowAuditOnly; the one-machine floor deployment never does).
+  AuditMode audit;
 
   // The public suffix list, read only if a wildcard is judged, and then once
   // per call.  `public_suffixes`, when set, is used instead of the file (a
