@@ -213,4 +213,57 @@ TEST(LazySuffixList, UnreadableAnswersNoAndSaysSo) {
 }
 
 }  // namespace
+
+// Audit-only is the operator's, and only where the deployment allows it: the
+// floor deployment never does, a config must say audit: {allowAuditOnly:
+// true}.  Strict needs no permission (it only denies more).
+TEST(PolicyInputs, AuditOnlyOnlyWhereTheDeploymentAllowsIt) {
+  PolicyInputs in;
+  in.labels.audit_only = "--audit-only";
+  in.run_targets = {"192.0.2.7"};
+  in.audit.audit_only = true;
+  auto refused = CompileInputs(in);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("--audit-only: the deployment config does not allow audit-only"),
+            std::string::npos)
+      << refused.status();
+  in.config = InputText::Inline("egressd.yaml", "airgapped: false\n");
+  refused = CompileInputs(in);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("audit: {allowAuditOnly: true} in config \"egressd.yaml\""),
+            std::string::npos)
+      << refused.status();
+  in.config = InputText::Inline("egressd.yaml", "audit:\n  allowAuditOnly: false\n");
+  EXPECT_FALSE(CompileInputs(in).ok());
+  in.config = InputText::Inline("egressd.yaml", "audit:\n  allowAuditOnly: true\n");
+  auto allowed = CompileInputs(in);
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_TRUE(allowed->audit.audit_only);
+  EXPECT_FALSE(allowed->audit.strict);
+  // Allowing it makes no sandbox audit-only by itself.
+  in.audit = {};
+  auto plain = CompileInputs(in);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->audit.audit_only);
+  in.config.reset();
+  in.audit.strict = true;
+  auto strict = CompileInputs(in);
+  ASSERT_TRUE(strict.ok()) << strict.status();
+  EXPECT_TRUE(strict->audit.strict);
+}
+
+TEST(PolicyInputs, TheAuditBlockIsCheckedLikeTheRest) {
+  PolicyInputs in;
+  in.config = InputText::Inline("egressd.yaml", "audit:\n  allowAuditOnly: yes\n  everyone: true\n");
+  auto p = CompileInputs(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("audit.allowAuditOnly"), std::string::npos) << p.status();
+  EXPECT_NE(p.status().message().find("everyone"), std::string::npos) << p.status();
+  // A declaration cannot ask for it.
+  in.config.reset();
+  in.task = InputText::Inline("task.yaml", "auditOnly: true\negress:\n  allow: []\n");
+  EXPECT_FALSE(CompileInputs(in).ok());
+}
+
 }  // namespace egressd::policy

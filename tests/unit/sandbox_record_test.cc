@@ -287,5 +287,36 @@ TEST(LabelFlag, BadLabelIsExit2NamingTheValue) {
   }
 }
 
+// The operator's audit mode travels with the policy in the record (both
+// writers, both readers) and takes part in the comparison that decides
+// sharing: an audit-only sandbox never shares an enforced one's policy.
+TEST(Record, TheAuditModeRoundTripsAndIsPartOfTheContents) {
+  policy::CompiledPolicy p = Sample();
+  p.audit = {.audit_only = true, .strict = true};
+  SandboxRecord r{.cgroup_id = 11, .current = {3, p}};
+  const nlohmann::json j = nlohmann::json::parse(ToJsonText(r));
+  EXPECT_EQ(j["current"]["policy"]["audit_only"], true);
+  EXPECT_EQ(j["current"]["policy"]["strict_audit"], true);
+  EXPECT_EQ(j, ToJson(r));
+  auto text = ParseRecordText(ToJsonText(r));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->current.policy->audit, p.audit);
+  auto dom = SandboxRecordFromJson(ToJson(r));
+  ASSERT_TRUE(dom.ok()) << dom.status();
+  EXPECT_EQ(dom->current.policy->audit, p.audit);
+  EXPECT_FALSE(SameContents(p, Sample()));
+  policy::CompiledPolicy strict_only = Sample();
+  strict_only.audit.strict = true;
+  EXPECT_FALSE(SameContents(p, strict_only));
+  EXPECT_TRUE(SameContents(p, *text->current.policy));
+  // An enforced policy's record says nothing of audit modes (older readers
+  // and hashes see what they saw before).
+  SandboxRecord plain{.cgroup_id = 12, .current = {4, Sample()}};
+  EXPECT_FALSE(nlohmann::json::parse(ToJsonText(plain))["current"]["policy"].contains("audit_only"));
+  nlohmann::json bad = ToJson(r);
+  bad["current"]["policy"]["audit_only"] = "yes";
+  EXPECT_FALSE(SandboxRecordFromJson(bad).ok());
+}
+
 }  // namespace
 }  // namespace egressd::control

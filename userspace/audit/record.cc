@@ -34,6 +34,7 @@ const char* BareReason(uint8_t reason, uint8_t action) {
     case EGR_REASON_DNS_REDIRECT: return "dns-redirect";
     case EGR_REASON_DNS_REFUSED: return "dns-refused";
     case EGR_REASON_DNS_ENDPOINT: return "dns-endpoint";
+    case EGR_REASON_AUDIT_UNRECORDED: return "audit-unrecorded";
   }
   return nullptr;
 }
@@ -52,8 +53,39 @@ const char* ActionName(uint8_t action) {
     case 0: return "pass";
     case 1: return "reject";
     case 2: return "drop";
+    case 3: return "pass";  // would-deny: an audit-only sandbox's denial, let through
   }
   return "unknown";
+}
+
+const char* VerdictName(uint8_t action) {
+  switch (action) {
+    case 0: return "allow";
+    case 3: return "would-deny";
+  }
+  return "deny";
+}
+
+// `match`: the name id a resolved address was learned under, or the allowed
+// or protected CIDR that matched: the destination (or the IPv4 form embedded
+// in it) masked to the entry's own prefix length, which the kernel read from
+// the entry's value (egressd_abi.h, EGR_LPM_PLEN_SET).
+void PutMatch(nlohmann::json& j, const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id) {
+  if (k.reason == EGR_REASON_RESOLVED && match_id) j["match"]["name_id"] = match_id;
+  if (!(mflags & EGR_MATCH_CIDR) || k.family == 0) return;
+  std::array<uint8_t, 16> b;
+  __builtin_memcpy(b.data(), k.daddr, 16);
+  net::IpAddr dst = net::IpAddr::V6(b);  // v4-mapped comes back as IPv4
+  if (mflags & EGR_MATCH_CIDR_EMBEDDED_V4) {
+    std::array<uint8_t, 4> v4;
+    __builtin_memcpy(v4.data(), &match_id, 4);  // network order
+    dst = net::IpAddr::V4(v4);
+  }
+  if (plen > dst.bits()) return;  // not a length this family has
+  std::array<uint8_t, 16> m = dst.bytes();
+  for (int bit = plen; bit < dst.bits(); ++bit) m[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
+  const net::IpAddr net = dst.is_v4() ? net::IpAddr::V4({m[0], m[1], m[2], m[3]}) : net::IpAddr::V6(m);
+  j["match"]["cidr"] = absl::StrCat(net.ToString(), "/", plen);
 }
 
 const char* L4Name(uint8_t proto, bool v4) {
@@ -86,7 +118,7 @@ void PutSandbox(nlohmann::json& j, uint64_t sandbox_id, const std::optional<Sand
 
 void PutFlow(nlohmann::json& j, const egr_event_key& k) {
   j["type"] = KindName(k.kind);
-  j["verdict"] = k.action == 0 ? "allow" : "deny";
+  j["verdict"] = VerdictName(k.action);
   j["action"] = ActionName(k.action);
   j["reason"] = ReasonName(k.kind, k.action, k.reason);
   if (k.family == 0) return;  // a backstop drop whose header could not be read
@@ -144,7 +176,7 @@ nlohmann::json EventJson(const egr_event& e, uint64_t realtime_ns,
   j["count"] = 1;
   PutSandbox(j, e.key.sandbox_id, sandbox);
   PutTask(j, e.task, e.flags);
-  if (e.match_id) j["match"]["name_id"] = e.match_id;
+  PutMatch(j, e.key, e.match_plen, e.match_flags, e.match_id);
   j["kernel"] = {{"cpu", e.cpu}, {"seq", e.seq}, {"boot_ns", e.boot_ns}};
   return j;
 }
@@ -160,7 +192,7 @@ nlohmann::json SummaryJson(const egr_event_key& k, const egr_fold_val& v, uint64
   j["first_time"] = FormatTime(first_realtime_ns);
   PutSandbox(j, k.sandbox_id, sandbox);
   PutTask(j, v.task, v.flags);
-  if (v.match_id) j["match"]["name_id"] = v.match_id;
+  PutMatch(j, k, v.match_plen, v.match_flags, v.match_id);
   return j;
 }
 
