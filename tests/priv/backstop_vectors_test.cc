@@ -20,6 +20,8 @@
 #include "test/backstop_tc.skel.h"
 #include "userspace/common/node.h"
 #include "maps/dns_endpoints.h"
+#include "maps/pinned_maps.h"
+#include "maps/stats.h"
 #include "userspace/control/registry.h"
 
 namespace egressd::test {
@@ -332,6 +334,66 @@ TEST(BackstopVectors, TcProgramAtL2JudgesEachPacketAsTheCgroupBackstopDoes) {
   auto results = RunInCgroup(bpf_program__fd(skel->progs.egr_test_backstop_tc), *cg, vectors);
   ASSERT_EQ(results.size(), vectors.size());
   for (const auto& [name, got] : results) EXPECT_EQ(got.first, int64_t(got.second)) << name;
+  EXPECT_TRUE(registry.Unregister(*id).ok());
+}
+
+// Audit-only (bpf/lib/audit_mode.h) on the program in force: only the
+// policy's own denial (default-deny, a port the grant does not name) passes,
+// as would-deny; protected addresses (plain, NAT64, compatible), routing-
+// header hops, source routes, port 53 and malformed headers stay refused.
+// The counters say which was which.
+TEST(BackstopVectors, AuditOnlyPassesOnlyThePolicysOwnDenials) {
+  EGR_REQUIRE_PRIVILEGES();
+  Egressd& e = Shared();
+  auto cg = e.lab().MakeCgroup("testrun-auditonly");
+  ASSERT_TRUE(cg.ok());
+  auto id = CgroupIdOf(*cg);
+  ASSERT_TRUE(id.ok());
+  policy::CompiledPolicy p = VectorsPolicy();
+  p.audit.audit_only = true;
+  Paths paths;
+  paths.pin_root = e.pin_root();
+  paths.runtime_dir = e.runtime_dir();
+  control::Registry registry(paths);
+  ASSERT_TRUE(registry.Register(*id, p).ok());
+  const Bytes lsrr = {1, 131, 7, 4, 192, 0, 2, 11};
+  std::vector<Vector> vectors = {
+      {"AllowedPasses", V4("192.0.2.10", 17, 7000), kPass},
+      {"UnnamedIsWouldDenyAndPasses", V4("192.0.2.11", 17, 7000), kPass},
+      {"GrantOtherPortIsWouldDenyAndPasses", V4("198.51.100.7", 6, 80), kPass},
+      {"V6UnnamedIsWouldDenyAndPasses", V6("2001:db8:1::5", 7000), kPass},
+      {"ProtectedStaysDenied", V4("169.254.169.254", 17, 7000), kReject},
+      {"ProtectedV6StaysDenied", V6("fd00:ec2::254", 7000), kReject},
+      {"Nat64OfProtectedStaysDenied", V6("64:ff9b::a9fe:a9fe", 7000), kReject},
+      {"CompatibleOfProtectedStaysDenied", V6("::a9fe:a9fe", 7000), kReject},
+      {"UnnamedRoutingHopStaysDenied", V6("2001:db8::10", 7000, {{43, Routing(4, {"2001:db8:1::5"})}}), kReject},
+      {"ProtectedRoutingHopStaysDenied", V6("2001:db8::10", 7000, {{43, Routing(4, {"fd00:ec2::254"})}}), kReject},
+      {"SourceRouteStaysDenied", V4("192.0.2.10", 17, 7000, lsrr), kReject},
+      {"Port53StaysDenied", V4("192.0.2.10", 17, 53), kReject},
+      {"OverlongExtensionStaysDenied", OverlongFirstExtension(V6("2001:db8::10", 7000, {Pad(60)})), kReject},
+  };
+  auto maps = maps::PinnedMaps::Open(e.pin_root());
+  ASSERT_TRUE(maps.ok()) << maps.status();
+  const maps::Counters before = maps::ReadCounters(*maps);
+  int prog = BackstopProgFd(e.pin_root());
+  ASSERT_GE(prog, 0);
+  auto results = RunInCgroup(prog, *cg, vectors);
+  ASSERT_EQ(results.size(), vectors.size());
+  for (const auto& [name, got] : results) EXPECT_EQ(got.first, int64_t(got.second)) << name;
+  const maps::Counters after = maps::ReadCounters(*maps);
+  // A would-deny passes (skb_pass) and has its own counter besides.
+  EXPECT_EQ(after[EGR_STAT_WOULD_DENY] - before[EGR_STAT_WOULD_DENY], 3u);
+  EXPECT_EQ(after[EGR_STAT_SKB_PASS] - before[EGR_STAT_SKB_PASS], 4u);
+  EXPECT_EQ(after[EGR_STAT_SKB_DROP] - before[EGR_STAT_SKB_DROP], 9u);
+
+  // The same policy enforced: the would-denies are refused (the vectors are
+  // not trivially passing).
+  p.audit.audit_only = false;
+  ASSERT_TRUE(registry.Register(*id, p).ok());
+  results = RunInCgroup(prog, *cg, {vectors[1], vectors[2], vectors[3]});
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& [name, got] : results) EXPECT_EQ(got.first, int64_t(kReject)) << name << " enforced";
+  close(prog);
   EXPECT_TRUE(registry.Unregister(*id).ok());
 }
 
