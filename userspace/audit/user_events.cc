@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cerrno>
 #include <chrono>
 #include <vector>
@@ -179,7 +180,10 @@ void UserEventWriter::Loop() {
     // What could not be queued or written, as loss records, once writing
     // works again.
     for (auto it = unreported_.begin(); it != unreported_.end();) {
-      const std::string line = Dump(ChannelLoss(source_, it->first, it->second, "queue full or write failed"));
+      // Submit() may count more for this sandbox while the lock is down:
+      // only what this record reports is taken off.
+      const uint64_t reported = it->second;
+      const std::string line = Dump(ChannelLoss(source_, it->first, reported, "queue full or write failed"));
       l.unlock();
       const bool ok = WriteLine(line);
       l.lock();
@@ -187,7 +191,8 @@ void UserEventWriter::Loop() {
         report_failed = true;
         break;
       }
-      it = unreported_.erase(it);
+      it->second -= reported;
+      it = it->second == 0 ? unreported_.erase(it) : std::next(it);
     }
     ++passes_;
     drained_.notify_all();
