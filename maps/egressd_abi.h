@@ -30,7 +30,7 @@
 #define EGR_MAP_RESOLVED "egr_resolved_v1"
 #define EGR_MAP_SOCK "egr_sock_v2"
 #define EGR_MAP_CONFIG "egr_config_v1"
-#define EGR_MAP_STATS "egr_stats_v2"
+#define EGR_MAP_STATS "egr_stats_v3"
 #define EGR_MAP_DNS "egr_dns_v1"
 #define EGR_MAP_DNSEP "egr_dnsep_v1"
 
@@ -382,7 +382,9 @@ struct egr_auditctl_val {
 	__u32 flags; /* reserved, 0 */
 };
 
-/* ---- egr_stats_v2 (per-CPU array): decision counters ---- */
+/* ---- egr_stats_v3 (per-CPU array): decision counters ----
+ * v3: would_deny and strict_deny appended (v2 had 14 entries; a pinned map
+ * is reused only with the same max_entries, so the name moves on). */
 enum egr_stat {
 	EGR_STAT_CONNECT_ALLOW = 0,
 	EGR_STAT_CONNECT_DENY,

@@ -46,7 +46,7 @@ class EventRing {
   // takes the old epochs' counts out of egr_fold_v1 and egr_loss_v1.
   absl::StatusOr<WindowCounts> CloseWindow();
 
-  // egr_stats_v2 summed over CPUs (for the loss no sandbox is named for).
+  // egr_stats_v3 summed over CPUs (for the loss no sandbox is named for).
   absl::StatusOr<uint64_t> Counter(egr_stat stat) const;
 
   struct State;  // defined in event_ring.cc only

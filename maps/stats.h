@@ -1,4 +1,4 @@
-// egr_stats_v2: the programs' decision counters, summed over CPUs.
+// egr_stats_v3: the programs' decision counters, summed over CPUs.
 #pragma once
 
 #include <array>

@@ -110,11 +110,11 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_stats_v2 SEC(".maps");
+} egr_stats_v3 SEC(".maps");
 
 static __always_inline void egr_count(__u32 stat)
 {
-	__u64 *v = bpf_map_lookup_elem(&egr_stats_v2, &stat);
+	__u64 *v = bpf_map_lookup_elem(&egr_stats_v3, &stat);
 
 	if (v)
 		*v += 1; /* per-CPU slot: no atomics needed */

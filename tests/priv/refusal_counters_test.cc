@@ -1,5 +1,5 @@
 // The refusals of the hooks without a pass counter are counted in
-// egr_stats_v2 (`egressctl status --json`): EGR_STAT_SOCKOPT_DENY for the
+// egr_stats_v3 (`egressctl status --json`): EGR_STAT_SOCKOPT_DENY for the
 // setsockopt program (every kernel), EGR_STAT_LSM_DENY for the BPF LSM
 // programs (where they load: 6.1 in vmtests; skipped on this project's 6.18
 // VM). Each delta is exact: the tests of one binary run one at a time against

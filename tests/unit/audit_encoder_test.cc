@@ -115,6 +115,41 @@ std::vector<egr_event> Events() {
   matched.key.reason = EGR_REASON_RESOLVED;
   matched.match_id = 0xffffffffu;
   out.push_back(matched);
+  // match: the CIDR an allowed or protected entry matched (v4, v4 named as
+  // mapped v6, v6, the IPv4 embedded in a v6 destination, lengths 0 and
+  // full, one a family cannot have), with and without a name id; and every
+  // match_flags bit.
+  for (uint8_t reason : {uint8_t(EGR_REASON_ALLOWED), uint8_t(EGR_REASON_PROTECTED), uint8_t(EGR_REASON_RESOLVED)}) {
+    for (int plen : {0, 1, 8, 24, 31, 32, 33, 64, 127, 128, 200}) {
+      for (int form = 0; form < 4; ++form) {
+        egr_event m = Base();
+        m.key.reason = reason;
+        m.match_plen = static_cast<uint8_t>(plen);
+        m.match_flags = EGR_MATCH_CIDR;
+        if (form == 1) m.key.family = 10;
+        if (form == 2) {
+          m.key.family = 10;
+          std::memcpy(m.key.daddr, doc6, 16);
+        }
+        if (form == 3) {
+          m.key.family = 10;
+          std::memcpy(m.key.daddr, doc6, 16);
+          m.match_flags |= EGR_MATCH_CIDR_EMBEDDED_V4;
+          m.match_id = 0x0a0200c0u;  // 192.0.2.10, network order
+        }
+        if (reason == EGR_REASON_RESOLVED && form != 3) m.match_id = 77;
+        out.push_back(m);
+      }
+    }
+  }
+  for (int f = 0; f < 256; ++f) {
+    egr_event m = Base();
+    m.key.reason = EGR_REASON_ALLOWED;
+    m.match_plen = 16;
+    m.match_flags = static_cast<uint8_t>(f);
+    m.match_id = 0x01020304u;
+    out.push_back(m);
+  }
   egr_event big = Base();
   big.seq = ~0ull;
   big.boot_ns = ~0ull / 4;
@@ -154,6 +189,8 @@ TEST(AuditEncoder, SummaryLinesAreTheSameBytesAsNlohmanns) {
       v.task = e.task;
       v.flags = e.flags;
       v.match_id = e.match_id;
+      v.match_plen = e.match_plen;
+      v.match_flags = e.match_flags;
       for (uint64_t count : {1ull, 99999ull, ~0ull}) {
         v.count = count;
         v.first_boot_ns = e.boot_ns;

@@ -36,6 +36,7 @@ const char* ActionName(uint8_t action) {
     case 0: return "pass";
     case 1: return "reject";
     case 2: return "drop";
+    case 3: return "pass";  // would-deny: an audit-only sandbox's denial, let through
   }
   return "unknown";
 }
@@ -194,7 +195,27 @@ void AppendTail(std::string& out, const egr_event_key& k, const EncodedSandbox& 
 void AppendKindAndVerdict(std::string& out, const egr_event_key& k) {
   Append(out, "\"type\":\"");
   out.append(KindName(k.kind));
-  Append(out, k.action == 0 ? "\",\"verdict\":\"allow\"}" : "\",\"verdict\":\"deny\"}");
+  Append(out, k.action == 0   ? "\",\"verdict\":\"allow\"}"
+              : k.action == 3 ? "\",\"verdict\":\"would-deny\"}"
+                              : "\",\"verdict\":\"deny\"}");
+}
+
+// As record.cc's PutMatch: {"cidr":...,"name_id":...}, keys in order.
+void AppendMatch(std::string& out, const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id) {
+  const bool name = k.reason == EGR_REASON_RESOLVED && match_id;
+  const std::optional<std::string> cidr = MatchCidr(k, plen, mflags, match_id);
+  if (!name && !cidr) return;
+  Append(out, "\"match\":{");
+  if (cidr) {
+    Append(out, "\"cidr\":");
+    AppendJsonString(out, *cidr);
+    if (name) out.push_back(',');
+  }
+  if (name) {
+    Append(out, "\"name_id\":");
+    AppendU64(out, match_id);
+  }
+  Append(out, "},");
 }
 
 }  // namespace
@@ -302,11 +323,7 @@ void AppendEventLine(std::string& out, const egr_event& e, uint64_t realtime_ns,
   AppendU64(out, e.seq);
   Append(out, "},");
   if (k.family != 0) AppendL4(out, k);
-  if (e.match_id) {
-    Append(out, "\"match\":{\"name_id\":");
-    AppendU64(out, e.match_id);
-    Append(out, "},");
-  }
+  AppendMatch(out, k, e.match_plen, e.match_flags, e.match_id);
   AppendTail(out, k, sb, e.task, e.flags, seq);
   Append(out, sb.task);
   Append(out, "\"time\":");
@@ -330,11 +347,7 @@ void AppendSummaryLine(std::string& out, const egr_event_key& k, const egr_fold_
   AppendTime(out, first_realtime_ns);
   out.push_back(',');
   if (k.family != 0) AppendL4(out, k);
-  if (v.match_id) {
-    Append(out, "\"match\":{\"name_id\":");
-    AppendU64(out, v.match_id);
-    Append(out, "},");
-  }
+  AppendMatch(out, k, v.match_plen, v.match_flags, v.match_id);
   AppendTail(out, k, sb, v.task, v.flags, seq);
   Append(out, "\"summary\":true,");
   Append(out, sb.task);

@@ -72,20 +72,7 @@ const char* VerdictName(uint8_t action) {
 // the entry's value (egressd_abi.h, EGR_LPM_PLEN_SET).
 void PutMatch(nlohmann::json& j, const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id) {
   if (k.reason == EGR_REASON_RESOLVED && match_id) j["match"]["name_id"] = match_id;
-  if (!(mflags & EGR_MATCH_CIDR) || k.family == 0) return;
-  std::array<uint8_t, 16> b;
-  __builtin_memcpy(b.data(), k.daddr, 16);
-  net::IpAddr dst = net::IpAddr::V6(b);  // v4-mapped comes back as IPv4
-  if (mflags & EGR_MATCH_CIDR_EMBEDDED_V4) {
-    std::array<uint8_t, 4> v4;
-    __builtin_memcpy(v4.data(), &match_id, 4);  // network order
-    dst = net::IpAddr::V4(v4);
-  }
-  if (plen > dst.bits()) return;  // not a length this family has
-  std::array<uint8_t, 16> m = dst.bytes();
-  for (int bit = plen; bit < dst.bits(); ++bit) m[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
-  const net::IpAddr net = dst.is_v4() ? net::IpAddr::V4({m[0], m[1], m[2], m[3]}) : net::IpAddr::V6(m);
-  j["match"]["cidr"] = absl::StrCat(net.ToString(), "/", plen);
+  if (auto cidr = MatchCidr(k, plen, mflags, match_id)) j["match"]["cidr"] = *cidr;
 }
 
 const char* L4Name(uint8_t proto, bool v4) {
@@ -151,6 +138,23 @@ void PutTask(nlohmann::json& j, const egr_event_task& t, uint16_t flags) {
 }
 
 }  // namespace
+
+std::optional<std::string> MatchCidr(const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id) {
+  if (!(mflags & EGR_MATCH_CIDR) || k.family == 0) return std::nullopt;
+  std::array<uint8_t, 16> b;
+  __builtin_memcpy(b.data(), k.daddr, 16);
+  net::IpAddr dst = net::IpAddr::V6(b);  // v4-mapped comes back as IPv4
+  if (mflags & EGR_MATCH_CIDR_EMBEDDED_V4) {
+    std::array<uint8_t, 4> v4;
+    __builtin_memcpy(v4.data(), &match_id, 4);  // network order
+    dst = net::IpAddr::V4(v4);
+  }
+  if (plen > dst.bits()) return std::nullopt;  // not a length this family has
+  std::array<uint8_t, 16> m = dst.bytes();
+  for (int bit = plen; bit < dst.bits(); ++bit) m[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
+  const net::IpAddr net = dst.is_v4() ? net::IpAddr::V4({m[0], m[1], m[2], m[3]}) : net::IpAddr::V6(m);
+  return absl::StrCat(net.ToString(), "/", plen);
+}
 
 std::string ReasonName(uint8_t kind, uint8_t action, uint8_t reason) {
   const char* bare = BareReason(reason, action);

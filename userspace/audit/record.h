@@ -25,6 +25,10 @@ struct SandboxInfo {
 
 // "allowed-cidr", "default-deny", "backstop:protected", ...
 std::string ReasonName(uint8_t kind, uint8_t action, uint8_t reason);
+// `match.cidr`: the allowed or protected CIDR a record's destination matched
+// (the destination, or the IPv4 address embedded in it, masked to the entry's
+// own prefix length the kernel carried); none without EGR_MATCH_CIDR.
+std::optional<std::string> MatchCidr(const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id);
 // RFC 3339 in UTC with nanoseconds.
 std::string FormatTime(uint64_t realtime_ns);
 
