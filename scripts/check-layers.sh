@@ -21,7 +21,7 @@ rules=(
   "maps|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/|egr_abi egr_common egr_net egr_policy egr_maps"
   "loader|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ loader/ egressd.skel.h|egr_abi egr_common egr_net egr_policy egr_maps egr_bpf_skel egr_loader"
   "userspace/control|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ userspace/control/|egr_abi egr_common egr_net egr_policy egr_policy_json egr_maps egr_control"
-  "userspace/audit|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/egressd_abi.h maps/event_ring.h userspace/control/ userspace/audit/|egr_abi egr_common egr_net egr_policy egr_maps egr_control egr_audit egr_audit_suggest"
+  "userspace/audit|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/egressd_abi.h maps/event_ring.h userspace/control/ userspace/audit/|egr_abi egr_common egr_net egr_policy egr_dns egr_maps egr_control egr_audit egr_audit_suggest"
   "bpf|lib/ maps/egressd_abi.h vmlinux.h vmlinux/|"
 )
 

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -150,6 +151,53 @@ TEST_F(AuditDns, LifecycleRecordsJoinTheStream) {
   EXPECT_LT((*engine)["seq"].get<uint64_t>(), (*rejected)["seq"].get<uint64_t>());
   EXPECT_LT((*rejected)["seq"].get<uint64_t>(), (*registered)["seq"].get<uint64_t>());
   EXPECT_LT((*registered)["seq"].get<uint64_t>(), (*removed)["seq"].get<uint64_t>());
+}
+
+// The value of one series in Prometheus text; -1 when it is not there.
+long long Sample(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stoll(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+// The proxy's records feed egressd_dns_queries_total (by verdict and rcode,
+// exactly as many as the stream holds), and the connect a learned address
+// allowed names the rule that learned it (`match.name`).
+TEST_F(AuditDns, DnsQueriesReachTheMetricsAndResolvedConnectsNameTheirRule) {
+  ASSERT_EQ(Shared().Ctl({"audit"}).exit_code, 0);  // what was queued is exported first
+  const std::string before = File("before.prom"), after = File("after.prom");
+  RunResult m = Shared().Ctl({"metrics", "-o", before});
+  ASSERT_EQ(m.exit_code, 0) << m.Describe();
+  const std::string f = File("run.jsonl");
+  RunResult r = RunDnsWorkload(f);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  ASSERT_EQ(Shared().Ctl({"audit"}).exit_code, 0);
+  m = Shared().Ctl({"metrics", "-o", after});
+  ASSERT_EQ(m.exit_code, 0) << m.Describe();
+  lab::RunSpec check{.argv = {"sh", "-c", "promtool check metrics < " + after}};
+  RunResult p = lab::Run(check);
+  EXPECT_EQ(p.exit_code, 0) << p.Describe() << "\n" << Slurp(after);
+  std::map<std::pair<std::string, std::string>, long long> expected;
+  int named = 0;
+  for (const auto& j : ParseLines(Slurp(f))) {
+    if (j["type"] == "dns") ++expected[{j["verdict"].get<std::string>(), j["dns"].value("rcode_name", "none")}];
+    if (j["type"] == "connect" && j["reason"] == "resolved-name") {
+      EXPECT_EQ(j["match"].value("name", ""), kAllowed) << j.dump();
+      ++named;
+    }
+  }
+  EXPECT_EQ(named, 1) << Slurp(f);
+  ASSERT_TRUE(expected.count({"allow", "NOERROR"})) << Slurp(f);
+  ASSERT_TRUE(expected.count({"deny", "NXDOMAIN"})) << Slurp(f);
+  const std::string a = Slurp(after), b = Slurp(before);
+  for (const auto& [k, n] : expected) {
+    const std::string series =
+        absl::StrCat("egressd_dns_queries_total{verdict=\"", k.first, "\",rcode=\"", k.second, "\"}");
+    EXPECT_EQ(Sample(a, series) - std::max(0LL, Sample(b, series)), n) << series << "\n" << a;
+  }
 }
 
 TEST_F(AuditDns, RunsAuditHoldsItsDnsRecordsInTheOneSequence) {

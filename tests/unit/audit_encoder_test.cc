@@ -46,6 +46,8 @@ std::vector<std::optional<SandboxInfo>> Sandboxes() {
   out.push_back(SandboxInfo{{{"pod", "only-pod"}}});
   out.push_back(SandboxInfo{{{"namespace", "only-ns"}, {"Zeta", "upper"}, {"a\"b", "c\\d\n\x01"}}});
   out.push_back(SandboxInfo{{{"run", "caf\xc3\xa9"}, {"task", "bad\xff\xfeutf8"}, {"x", "\x7f"}}});
+  // match.name: the rules behind the name ids the table's records carry.
+  out.push_back(SandboxInfo{{{"pod", "named"}}, {{77u, "api.example.com"}, {0xffffffffu, "*.ex\"ample.net"}}});
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 #include "maps/lpm_keys.h"
 #include "userspace/audit/record.h"
+#include "userspace/dns/scope.h"
 
 namespace egressd::audit {
 namespace {
@@ -103,6 +104,34 @@ TEST(AuditMatch, NoCidrFlagNoCidrAndNameIdOnlyForResolved) {
   auto j = Render(e);
   EXPECT_EQ(j["match"]["name_id"], 0xabcdef);
   EXPECT_FALSE(j["match"].contains("cidr"));
+}
+
+// match.name: the sandbox's rule behind the id, as the proxy computes it
+// (dns::NameId of "api.example.com" or "*.example.net"); an id no rule of the
+// record has (a policy changed since) stays an id alone.
+TEST(AuditMatch, ResolvedNameIdNamesTheRuleOfTheSandboxsPolicy) {
+  policy::CompiledPolicy p;
+  p.names = {"api.example.com"};
+  p.wildcard_suffixes = {"example.net"};
+  SandboxInfo sb{{{"pod", "a"}}, NameRulesById(p)};
+  ASSERT_EQ(sb.names.size(), 2u);
+  egr_event e = Event("192.0.2.10", 2, EGR_REASON_RESOLVED, 0);
+  e.match_id = dns::NameId("*.example.net");
+  auto j = EventJson(e, 1'000'000'000ull, sb);
+  EXPECT_EQ(j["match"]["name"], "*.example.net");
+  EXPECT_EQ(j["match"]["name_id"], e.match_id);
+  e.match_id = dns::NameId("api.example.com");
+  EXPECT_EQ(EventJson(e, 1'000'000'000ull, sb)["match"]["name"], "api.example.com");
+  e.match_id = dns::NameId("gone.example.org");
+  j = EventJson(e, 1'000'000'000ull, sb);
+  EXPECT_FALSE(j["match"].contains("name"));
+  EXPECT_EQ(j["match"]["name_id"], e.match_id);
+  // The fast encoder writes the same line.
+  std::string fast;
+  e.match_id = dns::NameId("api.example.com");
+  AppendEventLine(fast, e, 1'000'000'000ull, EncodeSandbox(e.key.sandbox_id, sb), 5);
+  nlohmann::json slow = EventJson(e, 1'000'000'000ull, sb);
+  EXPECT_EQ(fast, Line(slow, 5));
 }
 
 TEST(AuditMatch, SummariesNameTheCidrToo) {

@@ -119,9 +119,13 @@ absl::StatusOr<std::string> RenderMetrics(const Paths& paths) {
            "Occurrences the readers exported as records and summaries, by type, verdict and reason");
   for (const auto& [k, n] : x.occurrences) {
     e.Sample(n, {{"type", KindLabel(k.kind)},
-                 {"verdict", k.action == 0 ? "allow" : "deny"},
+                 {"verdict", k.action == 0 ? "allow" : k.action == 3 ? "would-deny" : "deny"},
                  {"reason", ReasonName(k.kind, k.action, k.reason)}});
   }
+  e.Family("egressd_dns_queries_total", "counter",
+           "DNS queries the sandboxes' proxies answered, as exported in the audit trail, by the proxy's "
+           "verdict and the answer's rcode (none: no answer was sent)");
+  for (const auto& [k, n] : x.dns_queries) e.Sample(n, {{"verdict", k.first}, {"rcode", k.second}});
   e.Family("egressd_audit_lost_total", "counter",
            "Occurrences reported lost: loss records' counts (kind=loss) and kernel records never "
            "received (kind=gap)");

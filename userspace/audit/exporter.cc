@@ -105,6 +105,13 @@ void ReadTotals(const nlohmann::json& j, ExportTotals& t) {
       t.occurrences[{row[0].get<uint8_t>(), row[1].get<uint8_t>(), row[2].get<uint8_t>()}] = row[3].get<uint64_t>();
     }
   }
+  // [verdict, rcode, queries] rows; absent in older state files.
+  if (j.contains("dns_queries") && j["dns_queries"].is_array()) {
+    for (const auto& row : j["dns_queries"]) {
+      if (!row.is_array() || row.size() != 3) continue;
+      t.dns_queries[{row[0].get<std::string>(), row[1].get<std::string>()}] = row[2].get<uint64_t>();
+    }
+  }
 }
 
 }  // namespace
@@ -131,6 +138,7 @@ absl::Status Exporter::LoadState() {
   lost_total_ = t.lost;
   gap_total_ = t.gaps;
   occurrences_ = std::move(t.occurrences);
+  dns_queries_ = std::move(t.dns_queries);
   if (j.contains("cpus")) {
     for (auto& [cpu, next] : j["cpus"].items()) cpus_[std::stoul(cpu)].next = next.get<uint64_t>();
   }
@@ -151,6 +159,8 @@ absl::Status Exporter::SaveState() const {
   j["pending"] = pending_;
   j["occurrences"] = nlohmann::json::array();
   for (const auto& [k, n] : occurrences_) j["occurrences"].push_back({k.kind, k.action, k.reason, n});
+  j["dns_queries"] = nlohmann::json::array();
+  for (const auto& [k, n] : dns_queries_) j["dns_queries"].push_back({k.first, k.second, n});
   j["lost_total"] = lost_total_;
   j["gap_total"] = gap_total_;
   return WriteFileAtomically(options_.state_path, j.dump() + "\n");
@@ -162,7 +172,14 @@ Exporter::SandboxCache& Exporter::Cached(uint64_t id) {
   SandboxCache& c = it->second;
   if (fresh) {
     auto rec = records_.Load(id);
-    if (rec.ok() && rec->has_value()) c.info = SandboxInfo{(*rec)->labels};
+    if (rec.ok() && rec->has_value()) {
+      c.info = SandboxInfo{(*rec)->labels, {}};
+      // The names of the policy in force and, during a flip, of the one
+      // before: a record of either may be read now.
+      for (const control::PolicyRef* ref : {&(*rec)->current, (*rec)->previous ? &*(*rec)->previous : nullptr}) {
+        if (ref && ref->policy) c.info->names.merge(NameRulesById(*ref->policy));
+      }
+    }
     c.encoded = EncodeSandbox(id, c.info);
     c.counted = &counted_[id];
   }
@@ -248,6 +265,11 @@ absl::Status Exporter::OnUserRecord(nlohmann::json record) {
   if (record.contains("sandbox") && record["sandbox"].is_object()) id = record["sandbox"].value("id", uint64_t{0});
   if (id && !record["sandbox"].contains("labels")) AddSandboxLabels(record, Sandbox(id));
   record["schema"] = kSchema;
+  if (record.value("type", "") == "dns") {
+    std::string rcode = "none";
+    if (record.contains("dns") && record["dns"].is_object()) rcode = record["dns"].value("rcode_name", rcode);
+    ++dns_queries_[{record.value("verdict", "unknown"), rcode}];
+  }
   return Emit(std::move(record), id, false);
 }
 

@@ -124,6 +124,7 @@ class Exporter {
   std::map<uint64_t, SpoolFile> spools_;  // 0: all.jsonl
   std::map<uint64_t, uint64_t> counted_, lost_;
   std::map<OccurrenceKey, uint64_t> occurrences_;
+  std::map<std::pair<std::string, std::string>, uint64_t> dns_queries_;  // ExportTotals::dns_queries
   uint64_t lost_total_ = 0, gap_total_ = 0;  // since the first reader
   std::string line_;  // reused for every line
   uint64_t seq_ = 0;
@@ -139,6 +140,9 @@ struct ExportTotals {
   uint64_t lost = 0;
   uint64_t gaps = 0;
   std::map<OccurrenceKey, uint64_t> occurrences;
+  // The DNS proxy's query records exported, by (verdict, rcode name; "none"
+  // when no answer was sent).
+  std::map<std::pair<std::string, std::string>, uint64_t> dns_queries;
 };
 absl::StatusOr<ExportTotals> ReadExportTotals(const std::string& state_path);
 // <runtime_dir>/audit/state.json

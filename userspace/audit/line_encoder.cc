@@ -201,7 +201,8 @@ void AppendKindAndVerdict(std::string& out, const egr_event_key& k) {
 }
 
 // As record.cc's PutMatch: {"cidr":...,"name_id":...}, keys in order.
-void AppendMatch(std::string& out, const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id) {
+void AppendMatch(std::string& out, const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id,
+                 const EncodedSandbox& sb) {
   const bool name = k.reason == EGR_REASON_RESOLVED && match_id;
   const std::optional<std::string> cidr = MatchCidr(k, plen, mflags, match_id);
   if (!name && !cidr) return;
@@ -212,6 +213,11 @@ void AppendMatch(std::string& out, const egr_event_key& k, uint8_t plen, uint8_t
     if (name) out.push_back(',');
   }
   if (name) {
+    if (auto it = sb.names.find(match_id); it != sb.names.end()) {
+      Append(out, "\"name\":");
+      AppendJsonString(out, it->second);
+      out.push_back(',');
+    }
     Append(out, "\"name_id\":");
     AppendU64(out, match_id);
   }
@@ -262,6 +268,7 @@ void AppendJsonString(std::string& out, std::string_view s) {
 EncodedSandbox EncodeSandbox(uint64_t sandbox_id, const std::optional<SandboxInfo>& sb) {
   EncodedSandbox e;
   e.id = sandbox_id;
+  if (sb) e.names = sb->names;
   e.sandbox = "\"sandbox\":{\"id\":";
   AppendU64(e.sandbox, sandbox_id);
   if (sb) {
@@ -323,7 +330,7 @@ void AppendEventLine(std::string& out, const egr_event& e, uint64_t realtime_ns,
   AppendU64(out, e.seq);
   Append(out, "},");
   if (k.family != 0) AppendL4(out, k);
-  AppendMatch(out, k, e.match_plen, e.match_flags, e.match_id);
+  AppendMatch(out, k, e.match_plen, e.match_flags, e.match_id, sb);
   AppendTail(out, k, sb, e.task, e.flags, seq);
   Append(out, sb.task);
   Append(out, "\"time\":");
@@ -347,7 +354,7 @@ void AppendSummaryLine(std::string& out, const egr_event_key& k, const egr_fold_
   AppendTime(out, first_realtime_ns);
   out.push_back(',');
   if (k.family != 0) AppendL4(out, k);
-  AppendMatch(out, k, v.match_plen, v.match_flags, v.match_id);
+  AppendMatch(out, k, v.match_plen, v.match_flags, v.match_id, sb);
   AppendTail(out, k, sb, v.task, v.flags, seq);
   Append(out, "\"summary\":true,");
   Append(out, sb.task);

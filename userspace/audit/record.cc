@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "userspace/dns/scope.h"
 #include "userspace/net/ip.h"
 
 namespace egressd::audit {
@@ -70,8 +71,14 @@ const char* VerdictName(uint8_t action) {
 // or protected CIDR that matched: the destination (or the IPv4 form embedded
 // in it) masked to the entry's own prefix length, which the kernel read from
 // the entry's value (egressd_abi.h, EGR_LPM_PLEN_SET).
-void PutMatch(nlohmann::json& j, const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id) {
-  if (k.reason == EGR_REASON_RESOLVED && match_id) j["match"]["name_id"] = match_id;
+void PutMatch(nlohmann::json& j, const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id,
+              const std::optional<SandboxInfo>& sandbox) {
+  if (k.reason == EGR_REASON_RESOLVED && match_id) {
+    j["match"]["name_id"] = match_id;
+    if (sandbox) {
+      if (auto it = sandbox->names.find(match_id); it != sandbox->names.end()) j["match"]["name"] = it->second;
+    }
+  }
   if (auto cidr = MatchCidr(k, plen, mflags, match_id)) j["match"]["cidr"] = *cidr;
 }
 
@@ -139,6 +146,16 @@ void PutTask(nlohmann::json& j, const egr_event_task& t, uint16_t flags) {
 
 }  // namespace
 
+std::map<uint32_t, std::string> NameRulesById(const policy::CompiledPolicy& policy) {
+  std::map<uint32_t, std::string> out;
+  for (const auto& r : policy.names) out.emplace(dns::NameId(r.name), r.name);
+  for (const auto& r : policy.wildcard_suffixes) {
+    std::string rule = "*." + r.name;
+    out.emplace(dns::NameId(rule), std::move(rule));
+  }
+  return out;
+}
+
 std::optional<std::string> MatchCidr(const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id) {
   if (!(mflags & EGR_MATCH_CIDR) || k.family == 0) return std::nullopt;
   std::array<uint8_t, 16> b;
@@ -180,7 +197,7 @@ nlohmann::json EventJson(const egr_event& e, uint64_t realtime_ns,
   j["count"] = 1;
   PutSandbox(j, e.key.sandbox_id, sandbox);
   PutTask(j, e.task, e.flags);
-  PutMatch(j, e.key, e.match_plen, e.match_flags, e.match_id);
+  PutMatch(j, e.key, e.match_plen, e.match_flags, e.match_id, sandbox);
   j["kernel"] = {{"cpu", e.cpu}, {"seq", e.seq}, {"boot_ns", e.boot_ns}};
   return j;
 }
@@ -196,7 +213,7 @@ nlohmann::json SummaryJson(const egr_event_key& k, const egr_fold_val& v, uint64
   j["first_time"] = FormatTime(first_realtime_ns);
   PutSandbox(j, k.sandbox_id, sandbox);
   PutTask(j, v.task, v.flags);
-  PutMatch(j, k, v.match_plen, v.match_flags, v.match_id);
+  PutMatch(j, k, v.match_plen, v.match_flags, v.match_id, sandbox);
   return j;
 }
 

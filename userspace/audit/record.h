@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,7 +22,13 @@ inline constexpr const char* kSchema = "egressd.audit/v1";
 // What the sandbox record says about a sandbox (absent: no record).
 struct SandboxInfo {
   control::Labels labels;
+  // The policy's name rules by the id the kernel carries (dns::NameId of the
+  // rule: "api.example.com", "*.example.net"), so a resolved-name record says
+  // which rule put its address in the map (`match.name`).
+  std::map<uint32_t, std::string> names;
 };
+// The rules of a compiled policy by their ids.
+std::map<uint32_t, std::string> NameRulesById(const policy::CompiledPolicy& policy);
 
 // "allowed-cidr", "default-deny", "backstop:protected", ...
 std::string ReasonName(uint8_t kind, uint8_t action, uint8_t reason);
@@ -67,6 +74,7 @@ struct EncodedSandbox {
   std::string run;      // `"run":"...",` or empty
   std::string sandbox;  // `"sandbox":{"id":N[,"labels":{...}]},`
   std::string task;     // `"task":"...",` or empty
+  std::map<uint32_t, std::string> names;  // SandboxInfo::names
 };
 EncodedSandbox EncodeSandbox(uint64_t sandbox_id, const std::optional<SandboxInfo>& sandbox);
 void AppendEventLine(std::string& out, const egr_event& e, uint64_t realtime_ns, const EncodedSandbox& sandbox,
