@@ -14,45 +14,12 @@
 #include <fmt/format.h>
 
 #include "userspace/audit/record.h"
+#include "userspace/audit/record_names.h"
 
 namespace egressd::audit {
 namespace {
 
 constexpr uint8_t kAfInet = 2;
-
-// The same names as record.cc gives (kept beside it: both are tested
-// against each other for every kind, action and protocol).
-const char* KindName(uint8_t kind) {
-  switch (kind) {
-    case EGR_EVENT_CONNECT: return "connect";
-    case EGR_EVENT_SEND: return "send";
-    case EGR_EVENT_BACKSTOP: return "backstop";
-  }
-  return "unknown";
-}
-
-const char* ActionName(uint8_t action) {
-  switch (action) {
-    case 0: return "pass";
-    case 1: return "reject";
-    case 2: return "drop";
-    case 3: return "pass";  // would-deny: an audit-only sandbox's denial, let through
-  }
-  return "unknown";
-}
-
-const char* L4Name(uint8_t proto) {
-  switch (proto) {
-    case 6: return "TCP";
-    case 17: return "UDP";
-    case 136: return "UDPLite";
-    case 132: return "SCTP";
-    case 33: return "DCCP";
-    case 1: return "ICMPv4";
-    case 58: return "ICMPv6";
-  }
-  return nullptr;
-}
 
 // ReasonName depends on (backstop or not, allowed or not, reason): built
 // once, already escaped and quoted.
@@ -195,9 +162,9 @@ void AppendTail(std::string& out, const egr_event_key& k, const EncodedSandbox& 
 void AppendKindAndVerdict(std::string& out, const egr_event_key& k) {
   Append(out, "\"type\":\"");
   out.append(KindName(k.kind));
-  Append(out, k.action == 0   ? "\",\"verdict\":\"allow\"}"
-              : k.action == 3 ? "\",\"verdict\":\"would-deny\"}"
-                              : "\",\"verdict\":\"deny\"}");
+  Append(out, "\",\"verdict\":\"");
+  out.append(VerdictName(k.action));
+  Append(out, "\"}");
 }
 
 // As record.cc's PutMatch: {"cidr":...,"name_id":...}, keys in order.

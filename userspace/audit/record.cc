@@ -1,4 +1,5 @@
 #include "userspace/audit/record.h"
+#include "userspace/audit/record_names.h"
 
 #include <array>
 #include <ctime>
@@ -40,33 +41,6 @@ const char* BareReason(uint8_t reason, uint8_t action) {
   return nullptr;
 }
 
-const char* KindName(uint8_t kind) {
-  switch (kind) {
-    case EGR_EVENT_CONNECT: return "connect";
-    case EGR_EVENT_SEND: return "send";
-    case EGR_EVENT_BACKSTOP: return "backstop";
-  }
-  return "unknown";
-}
-
-const char* ActionName(uint8_t action) {
-  switch (action) {
-    case 0: return "pass";
-    case 1: return "reject";
-    case 2: return "drop";
-    case 3: return "pass";  // would-deny: an audit-only sandbox's denial, let through
-  }
-  return "unknown";
-}
-
-const char* VerdictName(uint8_t action) {
-  switch (action) {
-    case 0: return "allow";
-    case 3: return "would-deny";
-  }
-  return "deny";
-}
-
 // `match`: the name id a resolved address was learned under, or the allowed
 // or protected CIDR that matched: the destination (or the IPv4 form embedded
 // in it) masked to the entry's own prefix length, which the kernel read from
@@ -80,20 +54,6 @@ void PutMatch(nlohmann::json& j, const egr_event_key& k, uint8_t plen, uint8_t m
     }
   }
   if (auto cidr = MatchCidr(k, plen, mflags, match_id)) j["match"]["cidr"] = *cidr;
-}
-
-const char* L4Name(uint8_t proto, bool v4) {
-  switch (proto) {
-    case 6: return "TCP";
-    case 17: return "UDP";
-    case 136: return "UDPLite";
-    case 132: return "SCTP";
-    case 33: return "DCCP";
-    case 1: return "ICMPv4";
-    case 58: return "ICMPv6";
-  }
-  (void)v4;
-  return nullptr;
 }
 
 void PutSandbox(nlohmann::json& j, uint64_t sandbox_id, const std::optional<SandboxInfo>& sb) {
@@ -122,7 +82,7 @@ void PutFlow(nlohmann::json& j, const egr_event_key& k) {
   j["IP"]["destination"] = dst.ToString();
   j["IP"]["ipVersion"] = dst.is_v4() ? "IPv4" : "IPv6";
   if (k.family != kAfInet && dst.is_v4()) j["IP"]["v4_mapped"] = true;
-  const char* l4 = L4Name(k.protocol, dst.is_v4());
+  const char* l4 = L4Name(k.protocol);
   if (l4) {
     j["l4"][l4] = nlohmann::json::object();
     if (k.dport) j["l4"][l4]["destination_port"] = k.dport;
@@ -145,6 +105,46 @@ void PutTask(nlohmann::json& j, const egr_event_task& t, uint16_t flags) {
 }
 
 }  // namespace
+
+const char* KindName(uint8_t kind) {
+  switch (kind) {
+    case EGR_EVENT_CONNECT: return "connect";
+    case EGR_EVENT_SEND: return "send";
+    case EGR_EVENT_BACKSTOP: return "backstop";
+  }
+  return "unknown";
+}
+
+const char* ActionName(uint8_t action) {
+  switch (action) {
+    case 0: return "pass";
+    case 1: return "reject";
+    case 2: return "drop";
+    case 3: return "pass";  // would-deny: an audit-only sandbox's denial, let through
+  }
+  return "unknown";
+}
+
+const char* VerdictName(uint8_t action) {
+  switch (action) {
+    case 0: return "allow";
+    case 3: return "would-deny";
+  }
+  return "deny";
+}
+
+const char* L4Name(uint8_t proto) {
+  switch (proto) {
+    case 6: return "TCP";
+    case 17: return "UDP";
+    case 136: return "UDPLite";
+    case 132: return "SCTP";
+    case 33: return "DCCP";
+    case 1: return "ICMPv4";
+    case 58: return "ICMPv6";
+  }
+  return nullptr;
+}
 
 std::map<uint32_t, std::string> NameRulesById(const policy::CompiledPolicy& policy) {
   std::map<uint32_t, std::string> out;
