@@ -24,7 +24,7 @@ usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "vmtests: $*" >&2; exit 2; }
 log() { [[ $quiet == 1 ]] || echo "vmtests: $*"; }
 
-append="" cgmount=/sys/fs/cgroup accel=auto kernel="" modules="" suite="" timeout_s=1500 mem=2G smp=2 build=1 install=1 keep=0 quiet=0
+append="" cgmount=/sys/fs/cgroup accel=auto kernel="" modules="" suite="" timeout_s=2400 mem=2G smp=2 build=1 install=1 keep=0 quiet=0
 tests=""
 while (($#)); do
   case $1 in
@@ -182,8 +182,8 @@ done
 # Host tools, at the path they have here (real util-linux beats busybox's applets).
 # tcpdump, ping and nmap: tests/priv/raw_tools_test's positive controls; dig:
 # tests/priv/dns_redirect_test's client; getent: its glibc client (hosts: files dns);
-# kdig: tests/priv/dns_attack_test's DoT/DoH client.
-host_tools=(bpftool ip tc nft dnsmasq dig getent setpriv nsenter unshare mount umount tcpdump ping nmap kdig)
+# kdig: tests/priv/dns_attack_test's DoT/DoH client; promtool: audit_test's metrics check.
+host_tools=(bpftool ip tc nft dnsmasq dig getent setpriv nsenter unshare mount umount tcpdump ping nmap kdig promtool)
 for tool in "${host_tools[@]}"; do
   src=$(command -v "$tool") || die "$tool not found on the host"
   src=$(readlink -f "$src")
@@ -197,6 +197,10 @@ done
 # nmap's tables for a SYN scan of one port (not the OS or service databases).
 mkdir -p "$root/usr/share/nmap"
 cp /usr/share/nmap/{nmap-services,nmap-protocols,nmap-payloads} "$root/usr/share/nmap/"
+# The public suffix list egressctl reads for a wildcard (audit suggest, policy
+# warnings): Debian's publicsuffix package, as on a node.
+mkdir -p "$root/usr/share/publicsuffix"
+cp /usr/share/publicsuffix/public_suffix_list.dat "$root/usr/share/publicsuffix/"
 
 # Their shared libraries (ldd's closure), at the paths the loader looks in.
 libs=$(for e in "${elfs[@]}"; do ldd "$e" 2>/dev/null || true; done |

@@ -145,7 +145,10 @@ TEST_F(AuditModes, RecordsNameTheCidrThatMatched) {
 // resolver and port 53 (the socket's dns_orig), not its DNS endpoint.
 TEST_F(AuditModes, ARedirectedQueryIsRecordedAsAskedOfItsResolver) {
   const std::string f = File("dns.jsonl");
-  RunResult r = Run({"--audit", f, "--egress", kPublicA4},
+  // The upstream is named (a lab host): without it `run` serves DNS only when
+  // the node's resolv.conf names a resolver, and the 6.1 guest's names none,
+  // so the queries would be refused (EPERM) instead of redirected.
+  RunResult r = Run({"--audit", f, "--egress", kPublicA4, "--upstream-dns", lab::kPublicE4},
                     {"udp-sendto", kDns4, "53", "--then", "tcp", kDns4, "53"});
   ASSERT_EQ(r.exit_code, 0) << last_;
   auto lines = ReadLines(f);

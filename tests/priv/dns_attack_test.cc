@@ -621,7 +621,12 @@ TEST_F(DnsAttack, TenThousandResolveThenConnectRoundsHaveNoRefusalAndNoSynRetran
   EXPECT_EQ(sum["syn_retrans"], "0") << r.Describe() << " (the lab server's ListenOverflows +"
                                       << world_counter("ListenOverflows") - overflows_before << ", ListenDrops +"
                                       << world_counter("ListenDrops") - drops_before << ")";
-  EXPECT_EQ(sum["retrans_segs"], "0") << r.Describe();
+  // RetransSegs is reported, not asserted: it counts every retransmitted
+  // segment (a FIN under a slow emulated guest, say), which says nothing of
+  // whether an answer came before its address was allowed; the SYN count
+  // above does (a connect to an address not yet in the map is refused at
+  // once, or, under --on-deny drop, shows as a SYN retransmit).
+  std::printf("load: RetransSegs +%s (SYN retransmits: %s)\n", sum["retrans_segs"].c_str(), sum["syn_retrans"].c_str());
   // Every round's connection arrived at the listener.
   std::string last;
   for (int i = 0; i < rounds; ++i) {
