@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "dns_sandboxes.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
 #include "maps/egressd_abi.h"
@@ -65,11 +66,7 @@ std::string FirstLine(const std::string& s) {
   return std::string(absl::StripAsciiWhitespace(s.substr(0, s.find('\n'))));
 }
 
-struct Sandbox {
-  std::string cgroup;
-  uint64_t id = 0;
-  uint16_t port = 0;  // its endpoint's
-};
+using Sandbox = DnsSandbox;
 
 // An nftables counter in the node netns: `hook` (input, output) and a match
 // such as "ip daddr 10.244.0.1 udp dport 1053".  What arrives at (or leaves)
@@ -167,48 +164,19 @@ class DnsAttack : public ::testing::Test {
   }
   void TearDown() override {
     if (serve_) serve_->Stop();
-    for (const auto& s : sandboxes_) Shared().Ctl({"sandbox", "remove", "--cgroup", s.cgroup});
+    sandboxes_.RemoveAll();
   }
   Lab& lab() { return Shared().lab(); }
 
-  Sandbox Register(const std::vector<std::string>& policy) {
-    Sandbox s;
-    auto cg = lab().MakeCgroup(absl::StrCat("dnsatk-", counter_++));
-    EXPECT_TRUE(cg.ok()) << cg.status();
-    if (!cg.ok()) return s;
-    s.cgroup = *cg;
-    struct stat st {};
-    EXPECT_EQ(stat(cg->c_str(), &st), 0);
-    s.id = st.st_ino;
-    std::vector<std::string> args = {"sandbox", "add", "--cgroup", *cg, "--dns-endpoint4", kPodGatewayV4,
-                                     "--dns-endpoint6", kPodGatewayV6};
-    args.insert(args.end(), policy.begin(), policy.end());
-    RunResult r = Shared().Ctl(args);
-    EXPECT_EQ(r.exit_code, 0) << r.Describe();
-    std::ifstream in(absl::StrCat(Shared().runtime_dir(), "/sandboxes/", s.id, ".json"));
-    auto rec = nlohmann::json::parse(in, nullptr, false);
-    if (rec.is_object() && rec.contains("dns")) s.port = rec["dns"].value("port", 0);
-    sandboxes_.push_back(s);
-    return s;
-  }
+  // Registered with the pod gateway as its DNS endpoint (dns_sandboxes.h).
+  Sandbox Register(const std::vector<std::string>& policy) { return sandboxes_.Add(policy); }
 
   // `egressctl dns serve` in the node netns, outside every sandbox cgroup,
   // once it said ready (every endpoint bound).
   void Serve(const std::vector<std::string>& extra = {"--upstream-dns", kUpstream}) {
-    RunSpec s;
-    s.netns = lab().node_netns();
-    s.env = Shared().CtlEnv();
-    s.argv = {lab::BinaryPath("egressctl"), "dns", "serve"};
-    s.argv.insert(s.argv.end(), extra.begin(), extra.end());
-    s.timeout = 10min;
-    auto bg = lab::Start(s);
+    auto bg = ServeDns(extra);
     ASSERT_TRUE(bg.ok()) << bg.status();
     serve_ = std::move(*bg);
-    for (;;) {
-      auto line = serve_->ReadOutLine(10s);
-      ASSERT_TRUE(line) << "dns serve never said ready: " << serve_->err();
-      if (absl::StartsWith(*line, "ready:")) break;
-    }
   }
 
   // Hostile: uid 0 with only CAP_NET_RAW.  `caps` overrides the bounding set.
@@ -277,7 +245,7 @@ class DnsAttack : public ::testing::Test {
   static inline DnsServer* world8_ = nullptr;
   static inline int counter_ = 0;
   uint64_t world8_before_ = 0;
-  std::vector<Sandbox> sandboxes_;
+  DnsSandboxes sandboxes_{"dnsatk-"};
   std::optional<lab::Background> serve_;
   std::string last_;
 };
