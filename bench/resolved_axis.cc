@@ -18,6 +18,7 @@
 #include "maps/pinned_maps.h"
 #include "maps/resolved_table.h"
 #include "nft_resolved_set.h"
+#include "tests/dns/dns_wire.h"
 #include "userspace/dns/scope.h"
 #include "userspace/policy/nft_render.h"
 
@@ -55,53 +56,13 @@ net::IpAddr FillAddress(int i) {
 }
 constexpr int kAddOneBase = 120'000;  // the "add one" addresses, after every fill
 
-// A query for `qname` A, RD set.
-std::vector<uint8_t> BuildQuery(const std::string& qname, uint16_t id) {
-  std::vector<uint8_t> q = {static_cast<uint8_t>(id >> 8), static_cast<uint8_t>(id), 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0};
-  size_t start = 0;
-  while (start < qname.size()) {
-    size_t dot = qname.find('.', start);
-    if (dot == std::string::npos) dot = qname.size();
-    q.push_back(static_cast<uint8_t>(dot - start));
-    q.insert(q.end(), qname.begin() + start, qname.begin() + dot);
-    start = dot + 1;
-  }
-  q.insert(q.end(), {0, 0, 1, 0, 1});
-  return q;
-}
-
-// The first A record of an answer with `id`, or false.
+// The first A record of the answer to query `id` (rcode NOERROR), or false:
+// the message read with the tests' libknot reader (tests/dns/dns_wire.h).
 bool FirstA(const uint8_t* m, size_t n, uint16_t id, in_addr* out) {
-  if (n < 12 || ((m[0] << 8) | m[1]) != id || (m[3] & 0x0f) != 0) return false;
-  const int qd = (m[4] << 8) | m[5], an = (m[6] << 8) | m[7];
-  size_t p = 12;
-  auto skip_name = [&]() {
-    while (p < n) {
-      if ((m[p] & 0xc0) == 0xc0) {
-        p += 2;
-        return;
-      }
-      if (m[p] == 0) {
-        ++p;
-        return;
-      }
-      p += m[p] + 1;
-    }
-  };
-  for (int i = 0; i < qd; ++i) {
-    skip_name();
-    p += 4;
-  }
-  for (int i = 0; i < an && p < n; ++i) {
-    skip_name();
-    if (p + 10 > n) return false;
-    const int type = (m[p] << 8) | m[p + 1], len = (m[p + 8] << 8) | m[p + 9];
-    p += 10;
-    if (type == 1 && len == 4 && p + 4 <= n) {
-      std::memcpy(out, m + p, 4);
-      return true;
-    }
-    p += len;
+  const dns::testing::Parsed p = dns::testing::Parse(dns::testing::Bytes(m, m + n));
+  if (!p.ok || !p.qr || p.id != id || p.rcode != 0) return false;
+  for (const auto& rr : p.records) {
+    if (rr.section == 0 && rr.type == KNOT_RRTYPE_A) return inet_pton(AF_INET, rr.value.c_str(), out) == 1;
   }
   return false;
 }
@@ -132,7 +93,7 @@ ResolveConnect ResolveThenConnect(const std::string& netns, const std::string& c
     const int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     setsockopt(u, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
     const uint16_t id = static_cast<uint16_t>(getpid());
-    const std::vector<uint8_t> q = BuildQuery(qname, id);
+    const dns::testing::Bytes q = dns::testing::MakeQuery(qname, {.id = id});
     uint8_t buf[1500];
     in_addr a{};
     const auto t0 = Clock::now();
