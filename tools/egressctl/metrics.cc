@@ -15,6 +15,7 @@
 #include "maps/stats.h"
 #include "userspace/audit/exporter.h"
 #include "userspace/audit/record.h"
+#include "userspace/audit/record_names.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/unique_fd.h"
 #include "userspace/control/sandbox_record.h"
@@ -65,15 +66,6 @@ class Exposition {
   std::string name_;
 };
 
-const char* KindLabel(uint8_t kind) {
-  switch (kind) {
-    case EGR_EVENT_CONNECT: return "connect";
-    case EGR_EVENT_SEND: return "send";
-    case EGR_EVENT_BACKSTOP: return "backstop";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> RenderMetrics(const Paths& paths) {
@@ -118,8 +110,8 @@ absl::StatusOr<std::string> RenderMetrics(const Paths& paths) {
   e.Family("egressd_audit_exported_total", "counter",
            "Occurrences the readers exported as records and summaries, by type, verdict and reason");
   for (const auto& [k, n] : x.occurrences) {
-    e.Sample(n, {{"type", KindLabel(k.kind)},
-                 {"verdict", k.action == 0 ? "allow" : k.action == 3 ? "would-deny" : "deny"},
+    e.Sample(n, {{"type", audit::KindName(k.kind)},
+                 {"verdict", audit::VerdictName(k.action)},
                  {"reason", ReasonName(k.kind, k.action, k.reason)}});
   }
   e.Family("egressd_dns_queries_total", "counter",
