@@ -15,6 +15,7 @@
 #include "lib/packet.h"
 #include "lib/decision.h"
 #include "lib/verdict.h"
+#include "lib/judge_once.h"
 #include "lib/dns_redirect.h"
 #include "lib/audit_mode.h"
 
@@ -33,7 +34,7 @@ static __always_inline struct egr_decision egr_judge_segments(struct __sk_buff *
 			break;
 		if (bpf_skb_load_bytes(skb, p->rh_offset + i * 16, hop.b, 16))
 			return egr_deny(pol, EGR_REASON_MALFORMED);
-		if (!egr_passes(egr_judge(sb, pol, &hop, p->dport)))
+		if (!egr_passes(egr_judge_once(sb, pol, &hop, p->dport)))
 			return egr_deny(pol, EGR_REASON_ROUTING_HOP);
 	}
 	return egr_decide(EGR_PASS, EGR_REASON_ALLOWED);
@@ -125,7 +126,7 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 			return egr_decide(EGR_PASS, EGR_REASON_INBOUND_TCP); /* listener or accepted */
 	}
 
-	d = egr_judge(sb, pol, &p.dst, p.dport);
+	d = egr_judge_once(sb, pol, &p.dst, p.dport);
 	if (!egr_passes(d))
 		/* An audit-only sandbox's would-deny returns here, before the
 		 * routing-header hops: a source-routed packet to a destination

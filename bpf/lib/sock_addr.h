@@ -11,6 +11,7 @@
 #include "lib/addr.h"
 #include "lib/decision.h"
 #include "lib/verdict.h"
+#include "lib/judge_once.h"
 #include "lib/dns_redirect.h"
 #include "lib/audit_mode.h"
 
@@ -143,7 +144,7 @@ static __always_inline struct egr_decision egr_sock_addr_judge(struct bpf_sock_a
 	else if (foreign && egr_addr_is_loopback(&dst))
 		d = egr_decide(EGR_PASS, EGR_REASON_OWN_LOOPBACK);
 	else
-		d = egr_audit_only(pol, egr_judge(sb, pol, &dst, port));
+		d = egr_audit_only(pol, egr_judge_once(sb, pol, &dst, port));
 
 	if (egr_lets_through(d)) { /* a would-deny is a connection like any other */
 		egr_note_socket(ctx, sb, &dst,
