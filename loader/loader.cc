@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "loader/probe.h"
 #include "userspace/common/fault.h"
 #include "loader/self_test.h"
+#include "loader/verifier_stats.h"
 #include "userspace/common/unique_fd.h"
 #include "maps/egressd_abi.h"
 #include "maps/pinned_maps.h"
@@ -298,10 +300,13 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLoc
       if (slot.lsm) bpf_program__set_autoload(skel->progs.*slot.prog, false);
     }
   }
+  const auto load_start = std::chrono::steady_clock::now();
   if (int r = egressd_bpf__load(skel.get()); r != 0) {
     return LibbpfStatus(r, absl::StrCat("load BPF programs (maps pinned under ", paths.pin_root,
                                         "; a map whose layout changed needs a new _vN name)"));
   }
+  LogVerifierCost(skel->obj,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
   EGR_RETURN_IF_ERROR(WriteConfig(paths, socket_containment));
 
   UniqueFd cg(open(cg_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
