@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -208,6 +209,27 @@ policy::CompiledPolicy VectorsPolicy() {
   p.allowed.push_back({*net::Cidr::Parse("64:ff9b:1::/48"), {}, "test"});
   p.allowed.push_back({*net::Cidr::Parse("fd00:ec2::/64"), {}, "test"});
   return p;
+}
+
+// What the verifier walks for the backstop is what every load pays (a node's
+// start; under qemu TCG in CI, 46 s of a 60 s load when the policy's judge
+// was inlined at the destination and at each of eight routing hops: 907k of
+// the verifier's 1M-instruction limit on 6.1, 562k on 6.18).  Through
+// lib/judge_once.h it is 167k on 6.1 and 82k on 6.18; the budget leaves
+// room to grow and fails if the judge is inlined per hop again.
+TEST(BackstopVectors, VerifierWalksTheBackstopWithinItsBudget) {
+  EGR_REQUIRE_PRIVILEGES();
+  constexpr uint32_t kBudget = 400000;
+  Egressd& e = Shared();
+  int prog = BackstopProgFd(e.pin_root());
+  ASSERT_GE(prog, 0);
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  ASSERT_EQ(bpf_obj_get_info_by_fd(prog, &info, &len), 0) << std::strerror(errno);
+  close(prog);
+  ASSERT_GT(info.verified_insns, 0u) << "the kernel keeps no verified_insns (5.16+)";
+  EXPECT_LT(info.verified_insns, kBudget) << "egr_skb_egress: the verifier processed "
+                                          << info.verified_insns << " instructions";
 }
 
 TEST(BackstopVectors, EachPacketGetsTheVerdictItsRuleNames) {
