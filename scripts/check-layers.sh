@@ -5,7 +5,7 @@
 # Layers, lowest first (a layer may use itself and anything listed before it):
 #   userspace/common → userspace/net → userspace/policy → userspace/dns → maps → loader
 #   → userspace/control → userspace/audit (of maps/ only the ABI header and
-#   the libbpf-free event_ring.h);  userspace/sandbox uses common only;  bpf/ uses
+#   the libbpf-free event_ring.h) → userspace/daemon (issue 14);  userspace/sandbox uses common only;  bpf/ uses
 #   bpf/lib and maps/egressd_abi.h only;  tools/ and tests/ may use anything.
 set -euo pipefail
 repo=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -22,6 +22,7 @@ rules=(
   "loader|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ loader/ egressd.skel.h|egr_abi egr_common egr_net egr_policy egr_maps egr_bpf_skel egr_loader"
   "userspace/control|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ userspace/control/|egr_abi egr_common egr_net egr_policy egr_policy_json egr_maps egr_control"
   "userspace/audit|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/egressd_abi.h maps/event_ring.h userspace/control/ userspace/audit/|egr_abi egr_common egr_net egr_policy egr_dns egr_maps egr_control egr_audit egr_audit_suggest"
+  "userspace/daemon|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ loader/ userspace/control/ userspace/audit/ userspace/daemon/|egr_abi egr_common egr_net egr_policy egr_policy_json egr_dns egr_maps egr_loader egr_control egr_audit egr_daemon egr_daemon_dns egr_daemon_client"
   "bpf|lib/ maps/egressd_abi.h vmlinux.h vmlinux/|"
 )
 

@@ -12,22 +12,6 @@
 
 namespace egressd::cli {
 
-std::optional<dns::Endpoint> DnsEndpointOf(const control::SandboxRecord& r) {
-  if (!r.dns || r.dns->port == 0 || (!r.dns->addr4 && !r.dns->addr6)) return std::nullopt;
-  return dns::Endpoint{r.dns->addr4, r.dns->addr6, r.dns->port};
-}
-
-dns::SandboxScope DnsScopeOf(const control::SandboxRecord& r) {
-  dns::SandboxScope s;
-  s.sandbox_id = r.cgroup_id;
-  // No known policy: no name is in scope (asks nothing).
-  if (r.current.policy) {
-    s.names = dns::NameScope(*r.current.policy);
-    s.protected_cidrs = r.current.policy->protected_cidrs;
-  }
-  return s;
-}
-
 std::vector<dns::UpstreamServer> ResolvConfNameservers(const std::string& text) {
   std::vector<dns::UpstreamServer> out;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {

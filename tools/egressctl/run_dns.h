@@ -20,6 +20,7 @@
 #include "userspace/audit/user_events.h"
 #include "userspace/common/node.h"
 #include "userspace/control/sandbox_record.h"
+#include "userspace/daemon/record_watcher.h"
 #include "userspace/dns/proxy.h"
 #include "userspace/dns/upstream.h"
 #include "tools/egressctl/commands.h"
@@ -28,9 +29,9 @@
 
 namespace egressd::cli {
 
-// The endpoint and scope a record gives the proxy (shared with dns serve).
-std::optional<dns::Endpoint> DnsEndpointOf(const control::SandboxRecord& r);
-dns::SandboxScope DnsScopeOf(const control::SandboxRecord& r);
+// The endpoint and scope a record gives the proxy (userspace/daemon).
+using daemon::DnsEndpointOf;
+using daemon::DnsScopeOf;
 
 // Up to three `nameserver` addresses of a resolv.conf text, in order (glibc
 // reads no more); lines that do not parse (a scope id, a comment) are skipped.

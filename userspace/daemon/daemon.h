@@ -1,0 +1,97 @@
+// The node daemon (issue 14): one process, one io_context hosting the
+// control API (http_server.h), the DNS proxy for every registered sandbox
+// (record_watcher.h) and the audit trail's reader (audit_host.h).  Start-up
+// adopts what is pinned (or loads it, the same code as `egressctl load`),
+// reconciles the records under the instance lock, and serves the records'
+// sandboxes again on the same endpoints: a restart needs no call from the
+// orchestrator.  Nothing is torn down when it stops: enforcement lives in
+// the pinned links and maps, and a sandbox's DNS fails closed while no
+// daemon serves its endpoint.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "absl/status/statusor.h"
+#include "maps/pinned_maps.h"
+#include "maps/resolved_table.h"
+#include "userspace/audit/dns_events.h"
+#include "userspace/audit/user_events.h"
+#include "userspace/common/node.h"
+#include "userspace/common/unique_fd.h"
+#include "userspace/control/sandbox_record.h"
+#include "userspace/daemon/audit_host.h"
+#include "userspace/daemon/client.h"
+#include "userspace/daemon/http_server.h"
+#include "userspace/daemon/record_watcher.h"
+#include "userspace/daemon/sandbox_request.h"
+#include "userspace/dns/proxy.h"
+#include "userspace/dns/upstream.h"
+#include "userspace/policy/deployment_config.h"
+#include "userspace/policy/policy_inputs.h"
+
+namespace egressd::daemon {
+
+struct DaemonOptions {
+  Paths paths;
+  std::string config_path;  // the deployment config; empty: the embedded default
+  std::string socket_path;  // empty: DefaultSocketPath(paths)
+  // Register sandboxes where the bpf LSM is not in force (the operator's
+  // opt-out, as sandbox add's --accept-uncontained-packet-sockets).
+  bool accept_uncontained = false;
+  int audit_window_ms = 1000;
+  int upstream_timeout_ms = 2000;
+  int upstream_tries = 2;
+};
+
+class Daemon {
+ public:
+  // InvalidArgument: a bad config (nothing was changed); Unavailable:
+  // another daemon serves this instance; other codes: the node.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Create(boost::asio::io_context& io, DaemonOptions options);
+  ~Daemon();
+
+  Response Handle(const Request& request, const Peer& peer);
+  const std::string& socket_path() const { return socket_path_; }
+  bool adopted() const { return adopted_; }
+
+ private:
+  Daemon(boost::asio::io_context& io, DaemonOptions options);
+  absl::Status Start();
+  Response Put(const std::string& id, const std::string& body);
+  Response Get(const std::string& id);
+  Response List();
+  Response Delete(const std::string& id);
+  Response Status();
+  Response Ready();
+  // The record of the sandbox registered under `id`, if any.
+  absl::StatusOr<std::optional<control::SandboxRecord>> Find(const std::string& id);
+  nlohmann::json SandboxJson(const control::SandboxRecord& r);
+  bool IsSandboxedPath(const std::string& cgroup_path);
+
+  boost::asio::io_context& io_;
+  DaemonOptions options_;
+  std::string socket_path_;
+  std::optional<policy::InputText> config_;  // nullopt: the embedded default
+  policy::DeploymentConfig deployment_;
+  UniqueFd daemon_lock_;
+  bool adopted_ = false;
+  std::optional<maps::PinnedMaps> maps_;
+  std::unique_ptr<control::SandboxRecords> records_;
+  std::unique_ptr<audit::UserEventWriter> audit_;
+  std::unique_ptr<audit::DnsAudit> dns_audit_;
+  std::unique_ptr<dns::Upstream> upstream_;
+  std::unique_ptr<maps::ResolvedTable> resolved_;
+  std::unique_ptr<dns::DnsProxy> proxy_;
+  std::unique_ptr<RecordWatcher> watcher_;
+  std::unique_ptr<AuditHost> audit_host_;
+  std::unique_ptr<HttpServer> server_;
+  std::map<std::string, uint64_t> index_;  // API id -> cgroup id
+};
+
+}  // namespace egressd::daemon
