@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -246,6 +248,37 @@ absl::Status FailedAfter(const absl::Status& cause, std::vector<HookChange>& cha
 
 }  // namespace
 
+static std::string ProgramsIdPath(const Paths& paths) { return paths.runtime_dir + "/programs.id"; }
+
+std::string EmbeddedProgramsId() {
+  size_t size = 0;
+  const auto* bytes = static_cast<const uint8_t*>(egressd_bpf__elf_bytes(&size));
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (size_t i = 0; i < size; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  return absl::StrCat(absl::Hex(h, absl::kZeroPad16), "-", size);
+}
+
+// Best effort: without it the next daemon start loads again (as safe, slower).
+static void WriteProgramsId(const Paths& paths) {
+  const std::string path = ProgramsIdPath(paths), tmp = path + ".tmp";
+  if (MakeDirs(paths.runtime_dir, 0700).ok()) {
+    if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+      const std::string id = EmbeddedProgramsId();
+      const bool ok = std::fwrite(id.data(), 1, id.size(), f) == id.size();
+      if (std::fclose(f) == 0 && ok && std::rename(tmp.c_str(), path.c_str()) == 0) return;
+    }
+  }
+  spdlog::warn("cannot write {}: the daemon will load the programs again at its next start", path);
+}
+
+bool ProgramsCurrent(const Paths& paths) {
+  if (!IsLoaded(paths)) return false;
+  std::ifstream in(ProgramsIdPath(paths));
+  std::string id;
+  std::getline(in, id);
+  return id == EmbeddedProgramsId();
+}
+
 bool IsLoaded(const Paths& paths) {
   for (const auto& slot : kPrograms) {
     if (!slot.lsm && !Exists(LinkPin(paths, slot.name))) return false;
@@ -332,6 +365,7 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLoc
   // Programs that do not enforce must not stay in force: a failed self-test
   // puts every hook back as it was before this load.
   if (absl::Status s = RunSelfTest(paths); !s.ok()) return FailedAfter(s, changes);
+  WriteProgramsId(paths);
   return report;
 }
 
@@ -357,6 +391,7 @@ absl::Status UnloadEnforcement(const Paths& paths, const InstanceLock&, bool for
     if (unlink(pin.c_str()) != 0 && errno != ENOENT) return ErrnoStatus(errno, absl::StrCat("unpin ", pin));
   }
   rmdir(LinkDir(paths).c_str());
+  unlink(ProgramsIdPath(paths).c_str());
   // The maps go with the links: their pins are the only references left.
   if (DIR* d = opendir(paths.pin_root.c_str())) {
     std::vector<std::string> pins;

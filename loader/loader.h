@@ -37,4 +37,12 @@ bool IsLoaded(const Paths& paths);
 // missing (the load recorded that the bpf LSM is not active, or a pin is gone).
 absl::Status RequireSocketContainment(const Paths& paths);
 
+// Whether the programs pinned under paths.pin_root are this build's: every
+// cgroup link is pinned and the last load wrote this build's program id
+// (a hash of the embedded BPF object) to <runtime_dir>/programs.id.  The
+// daemon adopts such an instance without loading (a restart in milliseconds)
+// and loads (swapping in place) otherwise.
+bool ProgramsCurrent(const Paths& paths);
+std::string EmbeddedProgramsId();
+
 }  // namespace egressd

@@ -83,6 +83,8 @@ absl::StatusOr<EventRing> EventRing::Open(const std::string& pin_root) {
   return r;
 }
 
+int EventRing::ReadableFd() const { return ring_buffer__epoll_fd(state_->rb); }
+
 absl::StatusOr<int> EventRing::Poll(int timeout_ms, const Handler& handler) {
   State& st = *state_;
   st.handler = &handler;

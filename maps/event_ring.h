@@ -46,6 +46,10 @@ class EventRing {
   // takes the old epochs' counts out of egr_fold_v1 and egr_loss_v1.
   absl::StatusOr<WindowCounts> CloseWindow();
 
+  // An fd that polls readable when records wait (the ring's epoll fd), for
+  // a caller's own event loop (the daemon); Poll(0, ...) then takes them.
+  int ReadableFd() const;
+
   // egr_stats_v3 summed over CPUs (for the loss no sandbox is named for).
   absl::StatusOr<uint64_t> Counter(egr_stat stat) const;
 
