@@ -4,6 +4,7 @@
 // node will not help).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -110,5 +111,16 @@ int CmdPolicyCompile(const PolicyFlags& flags, const std::string& format);
 // `config` (empty: none).
 int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector<std::string>& upstreams,
                 int timeout_ms, int tries);
+
+// sandbox apply|get|list|delete: the daemon's control API (docs/api.md).
+struct ApiFlags {
+  std::string socket;           // --socket; empty: EGRESSD_SOCKET, else <runtime_dir>/egressd.sock
+  std::string output = "text";  // -o text | json
+};
+int CmdSandboxApply(const Paths& paths, const ApiFlags& api, const std::string& id, const std::string& cgroup,
+                    const PolicyFlags& flags, const SandboxFlags& sandbox);
+int CmdSandboxGet(const Paths& paths, const ApiFlags& api, const std::string& id);
+int CmdSandboxList(const Paths& paths, const ApiFlags& api);
+int CmdSandboxDelete(const Paths& paths, const ApiFlags& api, const std::string& id);
 
 }  // namespace egressd::cli

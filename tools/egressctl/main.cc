@@ -151,6 +151,32 @@ int main(int argc, char** argv) {
       "contain", "Make a cgroup a contained root: unregistered cgroups below it get no egress");
   contain->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
 
+  // The daemon's API (docs/api.md).
+  cli::ApiFlags api;
+  std::string api_id;
+  cli::PolicyFlags apply_flags;
+  cli::SandboxFlags apply_sandbox;
+  auto add_api = [&](CLI::App* cmd) {
+    cmd->add_option("--socket", api.socket, "The daemon's socket (default: EGRESSD_SOCKET, else <runtime dir>/egressd.sock)");
+    cmd->add_option("-o,--output", api.output, "text (default) | json")->check(CLI::IsMember({"text", "json"}));
+  };
+  auto* apply = sandbox->add_subcommand("apply", "Register or flip a sandbox through the daemon (PUT /v1/sandboxes/ID)");
+  apply->add_option("id", api_id, "The sandbox's id (a pod name or UID)")->required();
+  apply->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
+  AddPolicyFlags(apply, apply_flags, after_parse);
+  AddSandboxFlags(apply, apply_sandbox);
+  apply->add_flag("--require-socket-containment", apply_flags.require_socket_containment,
+                  "Refuse where the bpf LSM is not in force even if the daemon accepts uncontained sandboxes");
+  add_api(apply);
+  auto* get = sandbox->add_subcommand("get", "One sandbox as the daemon has it (GET /v1/sandboxes/ID)");
+  get->add_option("id", api_id, "The sandbox's id")->required();
+  add_api(get);
+  auto* list = sandbox->add_subcommand("list", "The daemon's sandboxes (GET /v1/sandboxes)");
+  add_api(list);
+  auto* del = sandbox->add_subcommand("delete", "Unregister a sandbox through the daemon (DELETE /v1/sandboxes/ID)");
+  del->add_option("id", api_id, "The sandbox's id")->required();
+  add_api(del);
+
   cli::PolicyFlags run_flags;
   cli::RunFlags run_as;
   std::vector<std::string> command;
@@ -265,6 +291,10 @@ int main(int argc, char** argv) {
   if (*add) return cli::CmdSandboxAdd(paths, cgroup, add_flags, add_sandbox);
   if (*remove) return cli::CmdSandboxRemove(paths, cgroup);
   if (*contain) return cli::CmdSandboxContain(paths, cgroup);
+  if (*apply) return cli::CmdSandboxApply(paths, api, api_id, cgroup, apply_flags, apply_sandbox);
+  if (*get) return cli::CmdSandboxGet(paths, api, api_id);
+  if (*list) return cli::CmdSandboxList(paths, api);
+  if (*del) return cli::CmdSandboxDelete(paths, api, api_id);
   if (*run) return cli::CmdRun(paths, run_flags, run_sandbox, run_as, command);
   if (*suggest) return cli::CmdAuditSuggest(paths, suggest_flags, suggest_policy);
   if (*audit) return cli::CmdAudit(paths, audit_flags);

@@ -1,0 +1,179 @@
+// The daemon's API without a kernel: the PUT body's parsing and validation
+// (every problem at once, each naming its field; unknown fields refused; no
+// field for the floor), the compiler's messages under the API's field names,
+// and the transport (Beast on a unix socket) with its peer check, whose
+// verdict comes from the caller's real cgroup.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "userspace/daemon/client.h"
+#include "userspace/daemon/http_server.h"
+#include "userspace/daemon/peer.h"
+#include "userspace/daemon/sandbox_request.h"
+#include "userspace/policy/policy_inputs.h"
+
+namespace egressd::daemon {
+namespace {
+
+TEST(SandboxRequest, ParsesEveryField) {
+  auto r = ParseSandboxRequest(R"({
+    "cgroup": "/sys/fs/cgroup/pods/a", "labels": {"pod": "agent-7", "namespace": "evals"},
+    "task": "egress:\n  allow: [api.example.com]\n", "runtime": {"sandbox": {"egress": {"allow": ["192.0.2.1"]}}},
+    "kind": "agent", "egress": ["198.51.100.0/24"], "grants": ["192.0.2.5:80"], "compose": true,
+    "on_deny": "drop", "audit_only": true, "strict_audit": true,
+    "dns_endpoint4": "10.244.0.1", "dns_endpoint6": "fd00:244::1", "require_socket_containment": true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->cgroup, "/sys/fs/cgroup/pods/a");
+  EXPECT_EQ(r->labels.at("pod"), "agent-7");
+  ASSERT_TRUE(r->task);
+  EXPECT_TRUE(absl::StrContains(*r->task, "api.example.com"));
+  ASSERT_TRUE(r->runtime);  // an object is sent on as JSON text (JSON is YAML)
+  EXPECT_TRUE(absl::StrContains(*r->runtime, "192.0.2.1"));
+  EXPECT_EQ(r->kind, "agent");
+  EXPECT_EQ(r->egress, std::vector<std::string>{"198.51.100.0/24"});
+  EXPECT_EQ(r->grants, std::vector<std::string>{"192.0.2.5:80"});
+  EXPECT_TRUE(r->compose && r->audit_only && r->strict_audit && r->require_socket_containment);
+  EXPECT_EQ(r->on_deny, "drop");
+  EXPECT_EQ(r->dns_endpoint6, "fd00:244::1");
+  // And back: what egressctl sandbox apply sends parses to the same request.
+  auto again = ParseSandboxRequest(ToJson(*r).dump());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(ToJson(*again), ToJson(*r));
+}
+
+TEST(SandboxRequest, EveryProblemAtOnceEachNamingItsField) {
+  auto r = ParseSandboxRequest(R"({"cgroup": "relative/x", "labels": {"Pod": "x", "egressd/id": "y", "n": 3},
+    "egress": ["a.example", 7], "audit_only": "yes", "floor": "airgapped", "config": "x.yaml", "task": 5})");
+  ASSERT_FALSE(r.ok());
+  ASSERT_TRUE(absl::IsInvalidArgument(r.status()));
+  const std::string m(r.status().message());
+  for (const char* want : {"field cgroup", "must be an absolute path", "field labels.Pod", "field labels.egressd/id",
+                           "field labels.n: must be a string", "field egress[1]: must be a string",
+                           "field audit_only: must be true or false", "field floor: is not a field",
+                           "field config: is not a field", "field task: must be a YAML text or a JSON object"}) {
+    EXPECT_TRUE(absl::StrContains(m, want)) << "missing \"" << want << "\" in:\n" << m;
+  }
+}
+
+TEST(SandboxRequest, BodyMustBeAJsonObjectWithACgroup) {
+  EXPECT_TRUE(absl::StrContains(ParseSandboxRequest("not json").status().message(), "not JSON"));
+  EXPECT_TRUE(absl::StrContains(ParseSandboxRequest("[1]").status().message(), "JSON object"));
+  EXPECT_TRUE(absl::StrContains(ParseSandboxRequest("{}").status().message(), "field cgroup: is required"));
+}
+
+TEST(SandboxRequest, Ids) {
+  for (const char* ok : {"agent-7", "0c6f1f7e-2b1a-4c1e-9a7e-1b2c3d4e5f60", "a.b_c"}) {
+    EXPECT_TRUE(CheckSandboxId(ok).ok()) << ok;
+  }
+  for (const std::string& bad : std::vector<std::string>{"", "-x", "a/b", "a b", "..", std::string(64, 'a')}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(CheckSandboxId(bad))) << bad;
+  }
+}
+
+TEST(SandboxRequest, CompilerMessagesNameTheApiFields) {
+  auto r = ParseSandboxRequest(R"({"cgroup": "/x", "egress": ["169.254.169.254", "not a target!"],
+                                   "kind": "bogus", "audit_only": true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto p = policy::CompileInputs(ToPolicyInputs(*r, std::nullopt, false));
+  ASSERT_FALSE(p.ok());
+  const std::string m(p.status().message());
+  // The embedded default deployment allows no audit-only sandbox and keeps
+  // its floor: no request lowers it.
+  EXPECT_TRUE(absl::StrContains(m, "kind")) << m;
+  EXPECT_TRUE(absl::StrContains(m, "not a target!")) << m;
+  EXPECT_TRUE(absl::StrContains(m, "audit_only")) << m;
+  // (Run targets' messages still say "--egress": userspace/policy has no
+  // label for them yet.)
+}
+
+TEST(SandboxRequest, FloorStaysUnderAnyRequest) {
+  auto r = ParseSandboxRequest(R"({"cgroup": "/x", "egress": ["169.254.169.254"]})");
+  ASSERT_TRUE(r.ok());
+  auto p = policy::CompileInputs(ToPolicyInputs(*r, std::nullopt, false));
+  // Either refused, or compiled with the metadata address still protected.
+  if (p.ok()) {
+    bool protected_imds = false;
+    for (const auto& c : p->protected_cidrs) protected_imds |= c.cidr.ToString() == "169.254.169.254/32";
+    EXPECT_TRUE(protected_imds);
+  }
+}
+
+TEST(Peer, Cgroup2Path) {
+  EXPECT_EQ(Cgroup2PathOf("12:pids:/x\n0::/egl-1/pod\n"), "/egl-1/pod");
+  EXPECT_EQ(Cgroup2PathOf("1:name=systemd:/\n"), "");
+}
+
+std::string OwnCgroup() {
+  std::ifstream in("/proc/self/cgroup");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return Cgroup2PathOf(ss.str());
+}
+
+// The transport and the peer check with a live caller (this process): served
+// when its cgroup is no sandbox, 403 with a JSON error naming its cgroup
+// when it is, whatever its uid.
+TEST(HttpServer, ServesAndRefusesByTheCallersCgroup) {
+  char dir[] = "/tmp/egr-api-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string sock = std::string(dir) + "/api.sock";
+  bool sandboxed = false;
+  std::string seen_cgroup;
+  boost::asio::io_context io;
+  HttpServer server(
+      io, [](const Request& r, const Peer& p) { return Response{200, {{"target", r.target}, {"pid", p.pid}}}; },
+      [&](const std::string& cg) {
+        seen_cgroup = cg;
+        return sandboxed;
+      });
+  ASSERT_TRUE(server.Listen(sock).ok());
+  struct stat st {};
+  ASSERT_EQ(stat(sock.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::thread loop([&] { io.run(); });
+
+  auto served = Call(sock, "GET", "/v1/status");
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ(served->status, 200);
+  EXPECT_EQ(served->body.value("target", ""), "/v1/status");
+  EXPECT_EQ(served->body.value("pid", 0), getpid());
+  EXPECT_EQ(seen_cgroup, OwnCgroup());
+
+  sandboxed = true;
+  auto refused = Call(sock, "PUT", "/v1/sandboxes/x", "{}");
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->status, 403);
+  ASSERT_TRUE(refused->body.contains("error")) << refused->body.dump();
+  EXPECT_EQ(refused->body["error"].value("code", ""), "forbidden");
+  EXPECT_TRUE(absl::StrContains(refused->body["error"].value("message", ""), OwnCgroup()));
+  EXPECT_EQ(server.refused(), 1u);
+
+  io.stop();
+  loop.join();
+  unlink(sock.c_str());
+  rmdir(dir);
+}
+
+TEST(HttpServer, NobodyListening) {
+  auto r = Call("/nonexistent/egressd.sock", "GET", "/healthz");
+  EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
+}
+
+TEST(HttpServer, StatusesFromErrors) {
+  EXPECT_EQ(FromStatus(absl::InvalidArgumentError("a\nb")).status, 400);
+  EXPECT_EQ(FromStatus(absl::InvalidArgumentError("a\nb")).body["error"]["reasons"].size(), 2u);
+  EXPECT_EQ(FromStatus(absl::FailedPreconditionError("no lsm")).status, 409);
+  EXPECT_EQ(FromStatus(absl::UnavailableError("x")).status, 503);
+  EXPECT_EQ(FromStatus(absl::InternalError("x")).status, 500);
+}
+
+}  // namespace
+}  // namespace egressd::daemon
