@@ -9,6 +9,7 @@
 // asks; the demo shows an allowed name resolving then connecting, its
 // address refused before the query, and a denied name getting NXDOMAIN with
 // the upstream's query count for it.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -194,6 +195,46 @@ int main() {
                 lines.empty() ? ("exit " + std::to_string(r.exit_code)).c_str()
                               : (Field(lines[0], "result") == "ok" ? "ok" : Field(lines[0], "errno").c_str()));
   }
+  // The node daemon (docs/api.md): the same registration through its API,
+  // with the DNS proxy in the daemon (the config names the upstream and the
+  // pod gateway as every pod's DNS endpoint).
+  const std::string daemon_conf = runtime + "-egressd.yaml";
+  std::ofstream(daemon_conf) << "dns:\n  upstreams: [" << kUpstreamDns << "]\n  endpoint4: " << kPodGatewayV4 << "\n";
+  const std::string sock = runtime + "/egressd.sock";
+  RunSpec ds;
+  ds.argv = {BinaryPath("egressd"), "--pin-root", pins, "--runtime-dir", runtime, "--config", daemon_conf,
+             "--socket", sock, "-q"};
+  if (added.exit_code == 0 && add.back() == "--accept-uncontained-packet-sockets") {
+    ds.argv.push_back("--accept-uncontained-packet-sockets");
+  }
+  ds.netns = (*lab)->node_netns();
+  ds.env["EGRESSD_NODE_NETNS"] = (*lab)->node_netns();
+  ds.timeout = std::chrono::minutes(5);
+  auto daemon = Start(ds);
+  auto ready = daemon.ok() ? daemon->ReadOutLine(std::chrono::seconds(30)) : std::nullopt;
+  if (ready) {
+    std::printf("\n$ egressd --config egressd.yaml   (in the node's netns)\n%s\n", ready->c_str());
+    auto pod8 = (*lab)->MakeCgroup("pod-agent-8");
+    if (pod8.ok()) {
+      show("egressctl sandbox apply agent-8 --cgroup .../pod-agent-8 --egress allowed.example --label pod=agent-8",
+           ctl_run({"sandbox", "apply", "agent-8", "--cgroup", *pod8, "--egress", "allowed.example", "--label",
+                    "pod=agent-8", "--socket", sock},
+                   false));
+      RunSpec dig;
+      dig.argv = {"sh", "-c", "dig +time=2 +tries=1 +short @8.8.8.8 allowed.example && " + hostile + " tcp " +
+                                  kPublicA4 + " 80"};
+      dig.netns = (*lab)->client_netns();
+      dig.cgroup = *pod8;
+      show("(in pod-agent-8) dig @8.8.8.8 allowed.example && egressd-probe tcp 192.0.2.10 80", Run(dig));
+      show("egressctl sandbox list", ctl_run({"sandbox", "list", "--socket", sock}, false));
+      show("egressctl sandbox delete agent-8", ctl_run({"sandbox", "delete", "agent-8", "--socket", sock}, false));
+    }
+    kill(daemon->pid(), SIGTERM);
+    daemon->Wait();
+  } else {
+    std::fprintf(stderr, "egressd-demo: egressd did not start: %s\n", daemon.ok() ? daemon->err().c_str() : "");
+  }
+  (void)unlink(daemon_conf.c_str());
   show("egressctl status", ctl_run({"status"}, false));
   show("egressctl sandbox remove --cgroup .../pod-agent-7",
        ctl_run({"sandbox", "remove", "--cgroup", *pod_cg}, false));
