@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -231,7 +232,12 @@ absl::StatusOr<std::unique_ptr<DnsLab>> DnsLab::Start(test::Egressd& e, const st
   lab::RunResult reg = e.Ctl({"sandbox", "add", "--cgroup", *cg, "--dns-endpoint4", lab::kPodGatewayV4, "--egress",
                               kBenchScope});
   if (reg.exit_code != 0) return absl::InternalError("sandbox add (names): " + reg.Describe());
-  auto serve = lab::Start({.argv = {lab::BinaryPath("egressctl"), "dns", "serve", "--upstream-dns", kResolver},
+  // EGR_BENCH_SERVE_PREFIX: a command that runs `dns serve` (the profile:
+  // "valgrind --tool=callgrind --callgrind-out-file=F").
+  std::vector<std::string> serve_argv;
+  if (const char* prefix = getenv("EGR_BENCH_SERVE_PREFIX")) serve_argv = absl::StrSplit(prefix, ' ', absl::SkipEmpty());
+  serve_argv.insert(serve_argv.end(), {lab::BinaryPath("egressctl"), "dns", "serve", "--upstream-dns", kResolver});
+  auto serve = lab::Start({.argv = serve_argv,
                            .netns = lab.node_netns(), .cgroup = "", .hostile = false,
                            .timeout = std::chrono::hours(4), .env = e.CtlEnv(), .stdin_data = ""});
   if (!serve.ok()) return serve.status();
@@ -259,6 +265,28 @@ absl::StatusOr<std::unique_ptr<DnsLab>> DnsLab::Start(test::Egressd& e, const st
   return d;
 }
 
+absl::StatusOr<std::vector<double>> DnsLab::ForwarderAnswerToSetUs() {
+  if (!forwarder_.running()) return absl::UnavailableError("egr-nft-forwarder is not running: " + forwarder_.err());
+  kill(forwarder_.pid(), SIGUSR1);
+  for (;;) {
+    auto line = forwarder_.ReadOutLine(20s);
+    if (!line) return absl::UnavailableError("egr-nft-forwarder did not answer SIGUSR1: " + forwarder_.err());
+    json j = json::parse(*line, nullptr, false);
+    if (!j.is_discarded() && j.contains("answer_to_set_us")) return j["answer_to_set_us"].get<std::vector<double>>();
+  }
+}
+
+std::string DnsLab::ServeAuditFile() const {
+  const std::string dir = e_.runtime_dir() + "/audit/pending";
+  const std::string prefix = absl::StrCat(serve_.pid(), "-");
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = f.path().filename();
+    if (absl::StartsWith(name, prefix) && absl::EndsWith(name, ".jsonl")) return f.path();
+  }
+  return "";
+}
+
 json DnsLab::StopForwarder() {
   if (!forwarder_.running()) return {{"error", "not running"}};
   kill(forwarder_.pid(), SIGTERM);
@@ -272,6 +300,12 @@ json DnsLab::StopForwarder() {
 
 DnsLab::~DnsLab() {
   forwarder_.Stop();
+  // SIGTERM first: `dns serve` ends cleanly (and a profiler around it, see
+  // EGR_BENCH_SERVE_PREFIX, writes its profile).
+  if (serve_.running()) {
+    kill(serve_.pid(), SIGTERM);
+    serve_.Wait(60s);
+  }
   serve_.Stop();
   resolver_.Stop();
   if (!cgroups_[2].empty()) e_.Ctl({"sandbox", "remove", "--cgroup", cgroups_[2]});

@@ -55,6 +55,10 @@ class DnsLab {
   // Stops the forwarder (SIGTERM) and returns the counters it prints then.
   json StopForwarder();
   pid_t serve_pid() const { return serve_.pid(); }
+  // The forwarder's answer-to-set times (µs) since the last call (SIGUSR1).
+  absl::StatusOr<std::vector<double>> ForwarderAnswerToSetUs();
+  // The audit file `dns serve` appends its records to (pending, no reader).
+  std::string ServeAuditFile() const;
   const std::string& dir() const { return dir_; }
 
  private:

@@ -9,7 +9,7 @@
 // times say how busy it was, ratios within a round say what the enforcer
 // costs.  Never a pass/fail on time: exit 0 when everything ran, 1 otherwise.
 //
-//   enforcer_bench [--quick] [--only dns] --out results.json   (bench/run.sh renders the table and plots)
+//   enforcer_bench [--quick] [--only dns|dnsspeed] --out results.json   (bench/run.sh renders the table and plots)
 //
 // Files: bench_stats (medians, intervals, the interleaving), loops (connect,
 // UDP send, iperf3), kernel_figures (bpf_stats, map and kernel memory),
@@ -27,6 +27,7 @@
 
 #include "bench_stats.h"
 #include "dns_rows.h"
+#include "dns_speed.h"
 #include "egressd_env.h"
 #include "kernel_figures.h"
 #include "loops.h"
@@ -40,6 +41,7 @@ namespace {
 struct Options {
   bool quick = false;
   bool only_dns = false;  // --only dns: the DNS rows and the resolved-address axis alone
+  bool only_dnsspeed = false;  // --only dnsspeed: the DNS speed rows alone (dns_speed.h)
   std::string out;
 };
 
@@ -224,6 +226,7 @@ int Main(const Options& opt) {
   results["kernel"] = Slurp("/proc/sys/kernel/osrelease");
   results["mode"] = opt.quick ? "quick" : "full";
   if (opt.only_dns) results["only"] = "dns";
+  if (opt.only_dnsspeed) results["only"] = "dnsspeed";
   results["date"] = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();
 
@@ -249,7 +252,7 @@ int Main(const Options& opt) {
   std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << "1";
 
   std::vector<CellPlan> plan;
-  if (opt.only_dns) {
+  if (opt.only_dns || opt.only_dnsspeed) {
     // the DNS rows alone (below)
   } else if (opt.quick) {
     plan = {{10, 1, 3, 300, 2000, false, false}, {1000, 1, 3, 300, 2000, true, false}};
@@ -273,15 +276,21 @@ int Main(const Options& opt) {
       results["dns"] = {{"error", dns.status().ToString()}};
       bench.all_ran = false;
     } else {
-      results["dns"] = DnsRows(**dns, opt.quick, bench.all_ran);
-      std::fprintf(stderr, "enforcer_bench: DNS rows done\n");
+      if (!opt.only_dnsspeed) {
+        results["dns"] = DnsRows(**dns, opt.quick, bench.all_ran);
+        std::fprintf(stderr, "enforcer_bench: DNS rows done\n");
+      }
+      results["dns_speed"] = DnsSpeed(**dns, opt.quick, bench.all_ran);
+      std::fprintf(stderr, "enforcer_bench: DNS speed rows done\n");
+    }
+    if (dns.ok() && !opt.only_dnsspeed) {
       results["resolved_axis"] = ResolvedAxis(e, **dns, opt.quick ? std::vector<int>{10, 1000}
                                                                   : std::vector<int>{10, 1000, 100000},
                                               opt.quick, bench.all_ran);
       results["dns"]["forwarder_counters"] = (*dns)->StopForwarder();
     }
   }
-  if (opt.only_dns) {
+  if (opt.only_dns || opt.only_dnsspeed) {
     std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << stats_before;
     results["loadavg_end"] = Slurp("/proc/loadavg");
     results["all_ran"] = bench.all_ran;
@@ -335,15 +344,18 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc && std::string(argv[i + 1]) == "dns") {
       opt.only_dns = true;
       ++i;
+    } else if (a == "--only" && i + 1 < argc && std::string(argv[i + 1]) == "dnsspeed") {
+      opt.only_dnsspeed = true;
+      ++i;
     } else if (a == "--out" && i + 1 < argc) {
       opt.out = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: enforcer_bench [--quick] [--only dns] --out FILE.json (got \"%s\")\n", a.c_str());
+      std::fprintf(stderr, "usage: enforcer_bench [--quick] [--only dns|dnsspeed] --out FILE.json (got \"%s\")\n", a.c_str());
       return 2;
     }
   }
   if (opt.out.empty()) {
-    std::fprintf(stderr, "usage: enforcer_bench [--quick] [--only dns] --out FILE.json\n");
+    std::fprintf(stderr, "usage: enforcer_bench [--quick] [--only dns|dnsspeed] --out FILE.json\n");
     return 2;
   }
   return egressd::bench::Main(opt);

@@ -17,12 +17,14 @@
 //   egr-nft-forwarder --port P --upstream IP[:PORT] --mark M [--table T]
 //                     [--policy task.yaml] --egress TARGET...
 // Prints "ready" once its sockets listen on 127.0.0.1:P and [::1]:P; on
+// SIGUSR1 the answer-to-set times since the last SIGUSR1 (one JSON line); on
 // SIGTERM prints its counters (one JSON line, with its transactions'
 // durations) and exits 0.  Bad flags: exit 2.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,12 +74,17 @@ class Forwarder {
     }
     const size_t limit = tcp ? dns::kMaxMessage : dns::UdpLimit(d->query);
     up_.Send(d->upstream_query, tcp, [this, d, limit, reply = std::move(reply)](absl::StatusOr<dns::Bytes> answer) {
+      const auto answered = std::chrono::steady_clock::now();
       dns::Bytes out = dns::Finish(scope_, *d, answer, limit, sink_, lifetime_, dns::BootTimeNs(), counters_);
       // The answer's one transaction; nothing is released before it returns.
       const bool any = sink_.pending() > 0;
       const auto t0 = std::chrono::steady_clock::now();
       absl::Status s = sink_.Commit();
-      if (any) Timed(std::chrono::steady_clock::now() - t0);
+      if (any) {
+        const auto t1 = std::chrono::steady_clock::now();
+        Timed(t1 - t0);
+        if (s.ok()) answer_to_set_us_.push_back(std::chrono::duration<double, std::micro>(t1 - answered).count());
+      }
       if (!s.ok()) {
         ++commit_failed_;
         std::fprintf(stderr, "egr-nft-forwarder: %s: %s\n", d->query.qname.c_str(), s.ToString().c_str());
@@ -106,6 +113,21 @@ class Forwarder {
       if (!ec) std::make_shared<Conn>(*this, std::move(sock))->Read();
       Accept(a);
     });
+  }
+
+  // On SIGUSR1: one line of JSON with the answer-to-set times (from the
+  // upstream's answer in hand, c-ares' callback, to its transaction
+  // returned) since the last such line, the same span egressd's audit record
+  // calls learn_latency_ns (bench/dns_speed.cc reads both).
+  void PrintAnswerToSet() {
+    std::string line = "{\"answer_to_set_us\": [";
+    for (size_t i = 0; i < answer_to_set_us_.size(); ++i) {
+      line += (i ? ", " : "") + std::to_string(answer_to_set_us_[i]);
+    }
+    line += "]}";
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    answer_to_set_us_.clear();
   }
 
   // One line of JSON for whoever stopped it (the benchmark records it).
@@ -185,6 +207,7 @@ class Forwarder {
   uint64_t commits_ = 0, commit_failed_ = 0;
   double commit_total_s_ = 0, commit_max_s_ = 0;
   uint64_t over_[3] = {};
+  std::vector<double> answer_to_set_us_;
   std::array<uint8_t, dns::kMaxMessage> buf_;
   udp::endpoint from_;
 };
@@ -267,6 +290,15 @@ int Main(int argc, char** argv) {
   for (auto& a : tcps) fwd.Accept(*a);
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code&, int) { io.stop(); });
+  asio::signal_set dump(io, SIGUSR1);
+  std::function<void()> wait_dump = [&] {
+    dump.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      fwd.PrintAnswerToSet();
+      wait_dump();
+    });
+  };
+  wait_dump();
   std::printf("ready\n");
   std::fflush(stdout);
   io.run();

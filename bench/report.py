@@ -145,8 +145,9 @@ def main():
                f"load average at start {r['loadavg_start'].split()[0:3]}, at end {r['loadavg_end'].split()[0:3]} "
                "(the machine is shared: read the ratios, not the absolute figures).")
     out.append("")
-    if r.get("only") == "dns":
+    if r.get("only") in ("dns", "dnsspeed"):
         report_dns.dns_rows(out, r)
+        report_dns.dns_speed(out, r)
         report_dns.resolved_axis(out, r, dat_dir)
         open(table_path, "w").write("\n".join(out) + "\n")
         return
@@ -194,6 +195,7 @@ def main():
     out.append("")
     sandbox_axis(out, r, dat_dir)
     report_dns.dns_rows(out, r)
+    report_dns.dns_speed(out, r)
     report_dns.resolved_axis(out, r, dat_dir)
     st = r["startup_s"]
     run_med = st["egressctl_run"]["median"]

@@ -171,3 +171,76 @@ def resolved_axis(out, r, dat_dir):
                 v = c["add_one_us"][en]
                 row += [v["median"], v["ci95"][0], v["ci95"][1]]
             f.write(" ".join(str(x) for x in row) + "\n")
+
+
+def _us(v):
+    return f"{v:.0f} µs" if v >= 10 else f"{v:.1f} µs"
+
+
+def dns_speed(out, r):
+    """The DNS speed rows (bench/dns_speed.cc): added latency at fixed
+    open-loop rates, the highest rate under 1% loss, and answer to map."""
+    s = r.get("dns_speed")
+    if not s:
+        return
+    rates = s["rates"]
+    out.append(f"DNS speed (bench/dns_speed.cc). Latency: `egr-dns-load` (bench/dns_load.cc) from the pod at a fixed "
+               f"open-loop rate ({s['seconds']:g} s a run; each answer timed from its send to the kernel's receive "
+               f"timestamp, stragglers awaited 1 s), {s['rounds']} rounds "
+               "of the three enforcers interleaved with the order rotated; added = the run's p50 or p99 minus the "
+               "floor's of the same round (the floor: the same client asking the lab's dnsmasq directly, through the "
+               "node), median [95% CI]. Allowed: the name is forwarded and its address learned (egressd: map write; "
+               "nftables: one nft transaction); denied: the local NXDOMAIN (neither asks the upstream).")
+    out.append("")
+    out.append("| names | rate | floor p50 | floor p99 | added p50 nftables | added p50 egressd | added p99 nftables | "
+               "added p99 egressd | p99 ratio nftables | p99 ratio egressd | goal: egressd p99 added |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in ("allowed", "denied"):
+        for rate in rates:
+            c = s.get(row, {}).get("latency", {}).get(str(rate))
+            if not c:
+                continue
+            goal = 200 if row == "allowed" else 50
+            a99e = c["added_p99_us"]["egressd"]["median"]
+            a99n = c["added_p99_us"]["nftables"]["median"]
+            verdict = "met" if a99e < goal else f"MISSED by {a99e - goal:.0f} µs"
+            ahead = ", ahead of nftables" if a99e < a99n else ", NOT ahead of nftables"
+            out.append(f"| {row} | {rate:,}/s | {c['p50_us']['none']['median']:.0f} µs | "
+                       f"{c['p99_us']['none']['median']:.0f} µs | {_diff(c['added_p50_us']['nftables'])} | "
+                       f"{_diff(c['added_p50_us']['egressd'])} | {_diff(c['added_p99_us']['nftables'])} | "
+                       f"{_diff(c['added_p99_us']['egressd'])} | {_ratio(c['p99_us_ratio']['nftables'])} | "
+                       f"{_ratio(c['p99_us_ratio']['egressd'])} | < {goal} µs: {verdict}{ahead} |")
+    out.append("")
+    out.append(f"Highest rate with under 1% loss: a step search of open-loop `egr-dns-load` rates ("
+               f"{s['step_seconds']:g} s a step, up the ladder {', '.join(f'{x:,}' for x in s['ladder'])} until a step "
+               f"fails twice, then {s['bisections']} bisections; a step passes with under 1% lost and at least 95% of "
+               "the rate offered), median [95% CI] over the searches:")
+    out.append("")
+    out.append("| names | floor q/s | nftables q/s | egressd q/s | egressd / nftables |")
+    out.append("|---|---|---|---|---|")
+    for row in ("allowed", "denied"):
+        m = s.get(row, {}).get("max_qps")
+        if not m:
+            continue
+        n, e = m["nftables"]["median"], m["egressd"]["median"]
+        cells = [_ci(m[en], fmt="{:,.0f}") for en in ("none", "nftables", "egressd")]
+        out.append(f"| {row} | " + " | ".join(cells) + f" | {e / n:.2f}x |" if n else f"| {row} | " + " | ".join(cells) + " | - |")
+    out.append("")
+    out.append("From the upstream's answer in the enforcer's hands (c-ares' callback) to the address held by the "
+               "kernel, from the enforcers' own timestamps over every allowed answer of the latency runs (egressd: "
+               "each audit record's `dns.learn_latency_ns`, to the last map write returned; nftables: the forwarder's "
+               "own clock, to its transaction returned); the answer is released right after:")
+    out.append("")
+    out.append("| rate | nftables p50 | nftables p99 | egressd p50 | egressd p99 | answers (nftables / egressd) |")
+    out.append("|---|---|---|---|---|---|")
+    for rate in rates:
+        c = s.get("allowed", {}).get("latency", {}).get(str(rate))
+        if not c or "answer_to_map_us" not in c:
+            continue
+        n, e = c["answer_to_map_us"]["nftables"], c["answer_to_map_us"]["egressd"]
+        if not n.get("n") or not e.get("n"):
+            out.append(f"| {rate:,}/s | no samples ({n.get('n', 0)} / {e.get('n', 0)}) | | | | |")
+            continue
+        out.append(f"| {rate:,}/s | {_us(n['p50'])} | {_us(n['p99'])} | {_us(e['p50'])} | {_us(e['p99'])} | "
+                   f"{n['n']:,} / {e['n']:,} |")
+    out.append("")

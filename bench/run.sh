@@ -9,6 +9,10 @@
 #   bench/run.sh [--quick] --only dns
 #                          the DNS rows and the resolved-address axis alone:
 #                          <date>-dns.json, .md and -dns-resolved.png
+#   bench/run.sh [--quick] --only dnsspeed
+#                          the DNS speed rows alone (bench/dns_speed.h):
+#                          <date>-dns-speed.json and .md (about 12 minutes;
+#                          --quick about 15 s)
 # Run as root (the lab builds namespaces; egressd loads BPF).  Never a
 # pass/fail on a time: exit 0 when every measurement ran.
 set -euo pipefail
@@ -20,15 +24,15 @@ while (($#)); do
   case $1 in
     --quick) quick=(--quick) ;;
     --only)
-      if [[ ${2:-} != dns ]]; then
-        echo "bench/run.sh: --only takes \"dns\" (got \"${2:-}\")" >&2
+      if [[ ${2:-} != dns && ${2:-} != dnsspeed ]]; then
+        echo "bench/run.sh: --only takes \"dns\" or \"dnsspeed\" (got \"${2:-}\")" >&2
         exit 2
       fi
-      only=(--only dns)
+      only=(--only "$2")
       shift
       ;;
     *)
-      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns])" >&2
+      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed])" >&2
       exit 2
       ;;
   esac
@@ -51,7 +55,7 @@ else
 fi
 mkdir -p "$out"
 stamp=$(date -u +%Y-%m-%d)
-if ((${#only[@]})); then stamp=$stamp-dns; fi
+if ((${#only[@]})); then stamp=$stamp-${only[1]/dnsspeed/dns-speed}; fi
 json=$out/$stamp.json
 "$build/bench/enforcer_bench" "${quick[@]}" "${only[@]}" --out "$json"
 dat=$(mktemp -d /tmp/egr-bench-dat-XXXXXX)
@@ -64,7 +68,9 @@ else
   echo "bench/run.sh: gnuplot not installed (scripts/install-deps.sh): no plots" >&2
 fi
 # The audit trail's export rate beside nftables' nflog (its own table).
+if [[ ${only[1]:-} != dnsspeed ]]; then
 "$build/bench/audit_bench" "${quick[@]}" --out "$out/$stamp-audit.json" >"$out/$stamp-audit.md"
 { echo; echo "### Audit export (bench/audit_bench.cc)"; echo; cat "$out/$stamp-audit.md"; } >>"$out/$stamp.md"
+fi
 echo "bench/run.sh: $json, $out/$stamp.md"
 cat "$out/$stamp.md"

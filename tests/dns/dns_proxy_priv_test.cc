@@ -448,6 +448,72 @@ TEST_F(DnsProxyPriv, TcpStaysTcpAndUdpStaysUdp) {
   gone.get_future().get();
 }
 
+// The observer's answer-to-map time spans the map writes: a sink whose
+// writes take 3 ms each makes an answer with three addresses report at least
+// 9 ms, and answers that learned nothing (denied; only a protected address) report
+// none.  About 0.1 s.
+TEST_F(DnsProxyPriv, LearnLatencySpansTheMapWrites) {
+  constexpr uint16_t kPortL = 5305;
+  class SlowSink : public LearnedAddressSink {
+   public:
+    absl::Status Learn(uint64_t, const net::IpAddr&, uint64_t, uint32_t) override {
+      // A slow map write, simulated (not a wait for anything).
+      std::this_thread::sleep_for(3ms);
+      return absl::OkStatus();
+    }
+  };
+  class Events : public QueryObserver {
+   public:
+    void OnQuery(const QueryEvent& e) override {
+      std::lock_guard<std::mutex> l(mu);
+      by_name[e.qname] = e;
+    }
+    std::optional<QueryEvent> Of(const std::string& n) {
+      std::lock_guard<std::mutex> l(mu);
+      auto it = by_name.find(n);
+      return it == by_name.end() ? std::nullopt : std::optional<QueryEvent>(it->second);
+    }
+    std::mutex mu;
+    std::map<std::string, QueryEvent> by_name;
+  };
+  SlowSink slow;
+  Events events;
+  std::promise<absl::Status> ready;
+  std::unique_ptr<DnsProxy> proxy;
+  boost::asio::post(*io_, [&] {
+    ProxyOptions po;
+    po.observer = &events;
+    proxy = std::make_unique<DnsProxy>(*io_, *upstream_, slow, po);
+    ready.set_value(proxy->Serve(ScopeOf(1005, {"allowed.example", "three.example", "meta.example"}, {}),
+                                 Endpoint{Ip(kEpC4), std::nullopt, kPortL}));
+  });
+  ASSERT_TRUE(ready.get_future().get().ok());
+  EXPECT_EQ(Ask(kEpC4, kPortL, "allowed.example").rcode, 0);
+  EXPECT_EQ(Ask(kEpC4, kPortL, "three.example").Addresses().size(), 3u);
+  EXPECT_EQ(Ask(kEpC4, kPortL, "denied.example").rcode, KNOT_RCODE_NXDOMAIN);
+  auto nothing = Ask(kEpC4, kPortL, "meta.example");  // its one address is protected
+  EXPECT_EQ(nothing.rcode, 0);
+  EXPECT_TRUE(nothing.Addresses().empty());
+  // The loop tells the observer before it reads the next message: once this
+  // answer is here, every event before it was recorded.
+  EXPECT_EQ(Ask(kEpC4, kPortL, "allowed.example").rcode, 0);
+  auto one = events.Of("allowed.example"), many = events.Of("three.example"), denied = events.Of("denied.example"),
+       nx = events.Of("meta.example");
+  ASSERT_TRUE(one && many && denied && nx);
+  ASSERT_TRUE(one->learn_ns);
+  EXPECT_GE(*one->learn_ns, 3'000'000u);
+  ASSERT_TRUE(many->learn_ns);
+  EXPECT_GE(*many->learn_ns, 9'000'000u) << "three writes of 3 ms each";
+  EXPECT_FALSE(denied->learn_ns);
+  EXPECT_FALSE(nx->learn_ns) << "nothing was learned";
+  std::promise<void> gone;
+  boost::asio::post(*io_, [&] {
+    proxy.reset();
+    gone.set_value();
+  });
+  gone.get_future().get();
+}
+
 // Figures, not limits: latency of one query through the proxy, allowed
 // (forwarded to dnsmasq, answer learned) and denied (answered locally).
 TEST_F(DnsProxyPriv, AnswerLatency) {

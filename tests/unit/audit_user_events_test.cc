@@ -185,6 +185,7 @@ TEST(DnsRecord, CarriesHubblesNamesAndWhatWasLearnedAndRefused) {
   e.learned = {{*net::IpAddr::Parse("192.0.2.10"), 60}};
   e.refused = {{*net::IpAddr::Parse("169.254.169.254"), "protected"}};
   e.upstream_ns = 1234567;
+  e.learn_ns = 23456;
   nlohmann::json j = DnsJson(e);
   EXPECT_EQ(j["type"], "dns");
   EXPECT_EQ(j["verdict"], "allow");
@@ -202,6 +203,7 @@ TEST(DnsRecord, CarriesHubblesNamesAndWhatWasLearnedAndRefused) {
   EXPECT_EQ(j["dns"]["refused"][0]["ip"], "169.254.169.254");
   EXPECT_EQ(j["dns"]["refused"][0]["why"], "protected");
   EXPECT_EQ(j["dns"]["upstream_latency_ns"], 1234567);
+  EXPECT_EQ(j["dns"]["learn_latency_ns"], 23456);
 
   dns::QueryEvent d;
   d.parsed = true;
@@ -216,6 +218,7 @@ TEST(DnsRecord, CarriesHubblesNamesAndWhatWasLearnedAndRefused) {
   EXPECT_EQ(k["dns"]["qtypes"], nlohmann::json::array({"AAAA"}));
   EXPECT_EQ(k["dns"]["transport"], "tcp");
   EXPECT_FALSE(k["dns"].contains("upstream_latency_ns"));
+  EXPECT_FALSE(k["dns"].contains("learn_latency_ns"));
 }
 
 }  // namespace

@@ -91,6 +91,7 @@ nlohmann::json DnsJson(const dns::QueryEvent& e) {
     for (const auto& r : e.refused) d["refused"].push_back({{"ip", r.addr.ToString()}, {"why", r.why}});
   }
   if (e.upstream_ns) d["upstream_latency_ns"] = *e.upstream_ns;
+  if (e.learn_ns) d["learn_latency_ns"] = *e.learn_ns;
   if (!e.upstream_error.empty()) d["upstream_error"] = e.upstream_error;
   return j;
 }

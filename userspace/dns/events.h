@@ -51,6 +51,10 @@ struct QueryEvent {
   std::vector<Refused> refused;  // removed from the answer
 
   std::optional<uint64_t> upstream_ns;  // from asking to the answer
+  // From the upstream's answer in the proxy's hands (c-ares' callback) to
+  // the last map write for it returned: how long the answer waited on the
+  // kernel learning its addresses (none: nothing was learned).
+  std::optional<uint64_t> learn_ns;
   std::string upstream_error;           // no answer: why
 };
 

@@ -61,6 +61,26 @@ uint64_t RealtimeNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
 }
 
+uint64_t NsBetween(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
+}
+
+// Notes when the last successful map write of one answer returned (the
+// observer's answer-to-map time); writes pass through unchanged.
+class TimedSink : public LearnedAddressSink {
+ public:
+  explicit TimedSink(LearnedAddressSink& inner) : inner_(inner) {}
+  absl::Status Learn(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns, uint32_t name_id) override {
+    absl::Status s = inner_.Learn(sandbox, addr, expires_boot_ns, name_id);
+    if (s.ok()) last_learned = std::chrono::steady_clock::now();
+    return s;
+  }
+  std::optional<std::chrono::steady_clock::time_point> last_learned;
+
+ private:
+  LearnedAddressSink& inner_;
+};
+
 void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live, std::span<const uint8_t> msg,
             bool over_tcp, Reply reply) {
   std::shared_ptr<const SandboxScope> scope = live->scope;
@@ -83,11 +103,8 @@ void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live
   sh->upstream.Send(fwd->upstream_query, over_tcp,
                     [sh, live, scope, fwd, limit, ev, asked, reply = std::move(reply)](absl::StatusOr<Bytes> answer) {
                       if (!sh->alive) return;
-                      if (ev) {
-                        ev->upstream_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                                    std::chrono::steady_clock::now() - asked)
-                                                                    .count());
-                      }
+                      const auto answered = ev ? std::chrono::steady_clock::now() : asked;
+                      if (ev) ev->upstream_ns = NsBetween(asked, answered);
                       if (live->stopped) {
                         if (ev) {
                           ev->upstream_error = "the sandbox stopped being served before the answer came";
@@ -98,9 +115,17 @@ void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live
                       // Synchronous writes in the one loop thread: the answers
                       // of one sandbox are finished one at a time, so two for
                       // the same name can never interleave their writes.
-                      reply(Finish(*scope, *fwd, answer, limit, sh->sink, sh->opts.lifetime, BootTimeNs(),
-                                   *sh->counters, ev.get()));
-                      if (ev) sh->opts.observer->OnQuery(*ev);
+                      if (!ev) {
+                        reply(Finish(*scope, *fwd, answer, limit, sh->sink, sh->opts.lifetime, BootTimeNs(),
+                                     *sh->counters, nullptr));
+                        return;
+                      }
+                      TimedSink timed(sh->sink);
+                      Bytes out = Finish(*scope, *fwd, answer, limit, timed, sh->opts.lifetime, BootTimeNs(),
+                                         *sh->counters, ev.get());
+                      if (timed.last_learned) ev->learn_ns = NsBetween(answered, *timed.last_learned);
+                      reply(std::move(out));
+                      sh->opts.observer->OnQuery(*ev);
                     });
 }
 

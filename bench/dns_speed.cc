@@ -1,0 +1,243 @@
+#include "dns_speed.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
+namespace egressd::bench {
+namespace {
+
+struct SpeedPlan {
+  int rounds;                  // latency rounds per (name, rate)
+  double seconds;              // one latency run
+  std::vector<int> rates;      // the latency rows' fixed rates
+  int search_rounds;           // step searches per enforcer and name
+  double step_seconds;         // one step of the search
+  std::vector<int> ladder;     // the rates tried until one fails
+  int bisections;              // between the last pass and the first failure
+};
+
+// The rcode every answer of a row must have under enforcer idx (the floor's
+// resolver knows the denied name too).
+const char* Expected(bool allowed, int idx) { return allowed || idx == 0 ? "NOERROR" : "NXDOMAIN"; }
+
+// The records `dns serve` appended since the last call, each answer's
+// learn_latency_ns with the wall-clock time its query arrived.
+class AuditTail {
+ public:
+  // From the file's end now: what came before these rows is not theirs.
+  explicit AuditTail(std::string path) : path_(std::move(path)) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path_, ec);
+    if (!ec) offset_ = size;
+  }
+  struct Sample {
+    int64_t at_ns;
+    double learn_us;
+  };
+  std::vector<Sample> Read() {
+    std::vector<Sample> out;
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) return out;
+    in.seekg(static_cast<std::streamoff>(offset_));
+    std::string line;
+    // Only whole lines: the writer appends each record with one write().
+    while (std::getline(in, line)) {
+      if (in.eof()) break;
+      offset_ += line.size() + 1;
+      json j = json::parse(line, nullptr, false);
+      if (j.is_discarded() || j.value("type", "") != "dns" || !j.contains("dns")) continue;
+      const json& d = j["dns"];
+      if (!d.contains("learn_latency_ns")) continue;
+      absl::Time t;
+      std::string err;
+      if (!absl::ParseTime(absl::RFC3339_full, j.value("time", ""), &t, &err)) continue;
+      out.push_back({absl::ToUnixNanos(t), d["learn_latency_ns"].get<double>() / 1000.0});
+    }
+    return out;
+  }
+
+ private:
+  std::string path_;
+  uint64_t offset_ = 0;
+};
+
+// One egr-dns-load run from enforcer idx's pod (its netns and cgroup).
+struct LoadRun {
+  bool ran = false;
+  double sent = 0, lost = 0, late = 0, offered = 0, p50 = 0, p99 = 0, p999 = 0;
+  std::map<std::string, int> rcodes;
+  std::string error;
+};
+
+LoadRun Load(const DnsLab& d, int idx, const std::string& name, int rate, double seconds) {
+  lab::RunResult r = lab::Run({.argv = {lab::BinaryPath("egr-dns-load"), "--server", d.resolver(), "--name", name,
+                                        "--rate", std::to_string(rate), "--seconds", absl::StrCat(seconds)},
+                               .netns = d.netns(idx), .cgroup = d.cgroup(idx), .hostile = false,
+                               .timeout = std::chrono::milliseconds(static_cast<int>(seconds * 1000) + 30000),
+                               .env = {}, .stdin_data = ""});
+  LoadRun l;
+  json j = json::parse(r.out, nullptr, false);
+  if (r.exit_code != 0 || j.is_discarded() || !j.is_object()) {
+    l.error = "egr-dns-load: " + r.Describe();
+    return l;
+  }
+  l.sent = j["sent"];
+  l.lost = j["lost"];
+  l.late = j["late_sends"];
+  l.offered = j["offered_qps"];
+  l.p50 = j["p50_us"];
+  l.p99 = j["p99_us"];
+  l.p999 = j["p999_us"];
+  for (const auto& [k, v] : j["rcodes"].items()) l.rcodes[k] = v.get<int>();
+  l.ran = l.sent > 0;
+  return l;
+}
+
+int64_t NowUnixNs() { return absl::ToUnixNanos(absl::Now()); }
+
+json Percentiles(const std::vector<double>& v) {
+  if (v.empty()) return {{"n", 0}};
+  return {{"n", v.size()}, {"p50", Quantile(v, 0.5)}, {"p99", Quantile(v, 0.99)},
+          {"max", *std::max_element(v.begin(), v.end())}};
+}
+
+// The latency rows of one name at one rate: p50/p99 of every answer of each
+// run, the round's difference to (added) and ratio of the floor's; for the
+// allowed name, every answer's answer-to-map time from both enforcers.
+json LatencyRow(DnsLab& d, bool allowed, int rate, const SpeedPlan& p, const std::string& qname, AuditTail& audit,
+                bool& all_ran) {
+  json row;
+  std::vector<double> map_us[3];
+  std::vector<std::pair<int64_t, int64_t>> windows;  // egressd's runs, wall clock
+  std::map<std::string, double> lost, sent, late;
+  // Open loop: egr-dns-load sends on its schedule, never waiting on an answer.
+  Interleaved lat = Interleave(p.rounds, [&](int idx) {
+    const int64_t t0 = NowUnixNs();
+    LoadRun r = Load(d, idx, qname, rate, p.seconds);
+    const int64_t t1 = NowUnixNs();
+    lost[kEnforcers[idx]] += r.lost;
+    sent[kEnforcers[idx]] += r.sent;
+    late[kEnforcers[idx]] += r.late;
+    if (allowed && idx == 1) {
+      auto s = d.ForwarderAnswerToSetUs();
+      if (s.ok()) {
+        map_us[1].insert(map_us[1].end(), s->begin(), s->end());
+      } else {
+        std::fprintf(stderr, "dns speed: %s\n", s.status().ToString().c_str());
+      }
+    }
+    if (allowed && idx == 2) windows.push_back({t0, t1});
+    if (allowed) {
+      for (const auto& s : audit.Read()) {
+        for (const auto& [a, b] : windows) {
+          if (s.at_ns >= a && s.at_ns <= b) map_us[2].push_back(s.learn_us);
+        }
+      }
+    }
+    const bool ok = r.ran && r.lost < 0.01 * r.sent && r.rcodes.size() == 1 && r.rcodes.count(Expected(allowed, idx));
+    if (!ok) {
+      std::fprintf(stderr, "dns speed latency (%s at %d/s, %s): lost %.0f of %.0f, rcodes %s %s\n",
+                   allowed ? "allowed" : "denied", rate, kEnforcers[idx], r.lost, r.sent, json(r.rcodes).dump().c_str(),
+                   r.error.c_str());
+    }
+    return Measured{r.p50, r.p99, ok};
+  });
+  Store(lat, row, "p50_us", "p99_us");
+  for (const char* en : {"nftables", "egressd"}) {
+    std::vector<double> d50, d99;
+    for (size_t i = 0; i < lat.value.at(en).size(); ++i) {
+      d50.push_back(lat.value.at(en)[i] - lat.value.at("none")[i]);
+      d99.push_back(lat.cpu.at(en)[i] - lat.cpu.at("none")[i]);
+    }
+    row["added_p50_us"][en] = Summary(d50);
+    row["added_p99_us"][en] = Summary(d99);
+  }
+  for (const char* en : kEnforcers) row["lost"][en] = {{"lost", lost[en]}, {"sent", sent[en]}, {"late_sends", late[en]}};
+  if (allowed) {
+    row["answer_to_map_us"]["nftables"] = Percentiles(map_us[1]);
+    row["answer_to_map_us"]["egressd"] = Percentiles(map_us[2]);
+  }
+  all_ran = all_ran && lat.all_ok;
+  return row;
+}
+
+// The highest open-loop rate enforcer idx sustains with under 1% lost and at
+// least 95% of the rate sent and answered: up the ladder until a step fails
+// (each step gets a second try: one bad moment of a shared machine is not
+// the path's capacity), then bisect between the last pass and the failure.
+json MaxRate(DnsLab& d, int idx, const std::string& qname, const SpeedPlan& p) {
+  json steps = json::array();
+  auto pass = [&](int rate) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      LoadRun r = Load(d, idx, qname, rate, p.step_seconds);
+      const bool ok = r.ran && r.lost < 0.01 * r.sent && r.offered >= 0.95 * rate;
+      steps.push_back({{"rate", rate}, {"sent", r.sent}, {"lost", r.lost}, {"offered_qps", r.offered}, {"pass", ok}});
+      if (ok) return true;
+    }
+    return false;
+  };
+  int lo = 0, hi = 0;
+  for (int rate : p.ladder) {
+    if (!pass(rate)) {
+      hi = rate;
+      break;
+    }
+    lo = rate;
+  }
+  for (int i = 0; hi > 0 && i < p.bisections; ++i) {
+    const int mid = (lo + hi) / 2;
+    (pass(mid) ? lo : hi) = mid;
+  }
+  return {{"qps", lo}, {"capped", hi == 0}, {"steps", steps}};
+}
+
+}  // namespace
+
+json DnsSpeed(DnsLab& d, bool quick, bool& all_ran) {
+  SpeedPlan p = quick ? SpeedPlan{1, 0.3, {1000, 5000}, 1, 0.3, {2000, 4000}, 0}
+                      : SpeedPlan{5, 2.0, {1000, 5000}, 2, 2.0, {}, 3};
+  if (!quick) {
+    for (double r = 2000; r <= 64000; r *= 1.4) p.ladder.push_back(static_cast<int>(r / 100) * 100);
+  }
+  AuditTail audit(d.ServeAuditFile());
+  (void)d.ForwarderAnswerToSetUs();  // the rows before these
+  json out;
+  out["rates"] = p.rates;
+  out["seconds"] = p.seconds;
+  out["rounds"] = p.rounds;
+  out["step_seconds"] = p.step_seconds;
+  out["ladder"] = p.ladder;
+  out["bisections"] = p.bisections;
+  if (d.ServeAuditFile().empty()) {
+    std::fprintf(stderr, "dns speed: no audit file of dns serve (pid %d): no answer-to-map figures\n", d.serve_pid());
+  }
+  for (bool allowed : {true, false}) {
+    const char* name = allowed ? "allowed" : "denied";
+    const std::string data = allowed ? kAllowedName : kDeniedName;
+    for (int rate : p.rates) out[name]["latency"][std::to_string(rate)] = LatencyRow(d, allowed, rate, p, data, audit, all_ran);
+    // The search: rounds of the three enforcers, the order rotated.
+    std::map<std::string, std::vector<double>> best;
+    json runs = json::array();
+    for (int round = 0; round < p.search_rounds; ++round) {
+      for (int k = 0; k < 3; ++k) {
+        const int idx = (k + round) % 3;
+        json m = MaxRate(d, idx, data, p);
+        best[kEnforcers[idx]].push_back(m["qps"].get<double>());
+        if (m["qps"].get<int>() == 0) all_ran = false;
+        m["enforcer"] = kEnforcers[idx];
+        runs.push_back(std::move(m));
+      }
+      (void)audit.Read();
+    }
+    for (const char* en : kEnforcers) out[name]["max_qps"][en] = Summary(best[en]);
+    out[name]["max_qps_runs"] = runs;
+  }
+  return out;
+}
+
+}  // namespace egressd::bench
