@@ -221,5 +221,73 @@ TEST(DnsRecord, CarriesHubblesNamesAndWhatWasLearnedAndRefused) {
   EXPECT_FALSE(k["dns"].contains("learn_latency_ns"));
 }
 
+// The proxy's encoder writes, byte for byte, what DnsJson dumps, for every
+// shape of record: allowed with CNAMEs, learned and refused addresses,
+// denied, unparsed, truncated, failed upstream, TCP, and text that needs
+// escaping (quotes, backslashes, control bytes, non-ASCII).
+TEST(DnsLine, IsDnsJsonDumped) {
+  auto dump = [](const dns::QueryEvent& e) {
+    return DnsJson(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  std::vector<dns::QueryEvent> events;
+  dns::QueryEvent full;
+  full.sandbox_id = 18446744073709551615ull;
+  full.realtime_ns = 1764600000123456789ull;
+  full.parsed = true;
+  full.qname = "www.example.com";
+  full.qtype = 1;
+  full.allowed = true;
+  full.reason = "name-in-scope";
+  full.rule = "*.example.com";
+  full.rcode = 0;
+  full.answers = {{"www.example.com", 5, 300, "edge.example.net"},
+                  {"edge.example.net", 1, 60, "192.0.2.10"},
+                  {"edge.example.net", 28, 30, "2001:db8::1"},
+                  {"edge.example.net", 16, 10, ""}};
+  full.learned = {{*net::IpAddr::Parse("192.0.2.10"), 60}, {*net::IpAddr::Parse("2001:db8::1"), 30}};
+  full.refused = {{*net::IpAddr::Parse("169.254.169.254"), "protected"},
+                  {*net::IpAddr::Parse("192.0.2.11"), "map write failed: \"full\"\n"}};
+  full.upstream_ns = 1234567;
+  full.learn_ns = 8910;
+  events.push_back(full);
+  dns::QueryEvent denied;
+  denied.parsed = true;
+  denied.qname = "denied.example";
+  denied.qtype = 28;
+  denied.reason = "name-not-in-scope";
+  denied.rcode = 3;
+  denied.over_tcp = true;
+  events.push_back(denied);
+  dns::QueryEvent unparsed;
+  unparsed.reason = "not-a-query";
+  events.push_back(unparsed);
+  dns::QueryEvent odd = denied;
+  odd.qname = std::string("a\"b\\c\x01\td\x7f\xc3\xa9\xff", 13);
+  odd.rule = "caf\xc3\xa9.example";
+  odd.qtype = 4242;
+  odd.rcode = 9;
+  events.push_back(odd);
+  dns::QueryEvent truncated = full;
+  truncated.truncated = true;
+  truncated.answers.clear();
+  truncated.learned.clear();
+  truncated.learn_ns.reset();
+  events.push_back(truncated);
+  dns::QueryEvent failed = full;
+  failed.rcode = 2;
+  failed.answers.clear();
+  failed.learned.clear();
+  failed.refused.clear();
+  failed.upstream_ns.reset();
+  failed.learn_ns.reset();
+  failed.upstream_error = "UNAVAILABLE: upstream: Timeout while contacting DNS servers";
+  events.push_back(failed);
+  for (const auto& e : events) {
+    const std::string line = DnsLine(e);
+    EXPECT_EQ(line, dump(e));
+    EXPECT_FALSE(nlohmann::json::parse(line, nullptr, false).is_discarded()) << line;
+  }
+}
+
 }  // namespace
 }  // namespace egressd::audit

@@ -96,4 +96,145 @@ nlohmann::json DnsJson(const dns::QueryEvent& e) {
   return j;
 }
 
+namespace {
+
+void Key(std::string& out, bool& first, const char* k) {
+  if (!first) out.push_back(',');
+  first = false;
+  out.push_back('"');
+  out.append(k);
+  out.append("\":");
+}
+
+void Str(std::string& out, std::string_view s) { AppendJsonString(out, s); }
+
+}  // namespace
+
+// Keys in nlohmann's (std::map) order, so the line is byte for byte DnsJson's
+// dump; dns_line_test holds the two equal.
+std::string DnsLine(const dns::QueryEvent& e) {
+  std::string out;
+  out.reserve(512);
+  out.append("{\"dns\":{");
+  bool f = true;
+  std::optional<uint32_t> ttl;
+  if (e.rcode) {
+    Key(out, f, "answers");
+    out.push_back('[');
+    for (size_t i = 0; i < e.answers.size(); ++i) {
+      const auto& a = e.answers[i];
+      if (i) out.push_back(',');
+      out.push_back('{');
+      bool g = true;
+      if (!a.data.empty()) {
+        Key(out, g, "data");
+        Str(out, a.type == 5 ? absl::StrCat(a.data, ".") : a.data);
+      }
+      Key(out, g, "name");
+      Str(out, absl::StrCat(a.name, "."));
+      Key(out, g, "ttl");
+      absl::StrAppend(&out, a.ttl);
+      Key(out, g, "type");
+      Str(out, QtypeName(a.type));
+      out.push_back('}');
+      ttl = ttl ? std::min(*ttl, a.ttl) : a.ttl;
+    }
+    out.push_back(']');
+    Key(out, f, "cnames");
+    out.push_back('[');
+    bool g = true;
+    for (const auto& a : e.answers) {
+      if (a.type != 5) continue;
+      if (!g) out.push_back(',');
+      g = false;
+      Str(out, absl::StrCat(a.data, "."));
+    }
+    out.push_back(']');
+    Key(out, f, "ips");
+    out.push_back('[');
+    g = true;
+    for (const auto& a : e.answers) {
+      if ((a.type != 1 && a.type != 28) || a.data.empty()) continue;
+      if (!g) out.push_back(',');
+      g = false;
+      Str(out, a.data);
+    }
+    out.push_back(']');
+  }
+  if (e.learn_ns) {
+    Key(out, f, "learn_latency_ns");
+    absl::StrAppend(&out, *e.learn_ns);
+  }
+  if (!e.learned.empty()) {
+    Key(out, f, "learned");
+    out.push_back('[');
+    for (size_t i = 0; i < e.learned.size(); ++i) {
+      if (i) out.push_back(',');
+      out.append("{\"ip\":");
+      Str(out, e.learned[i].addr.ToString());
+      absl::StrAppend(&out, ",\"ttl\":", e.learned[i].ttl, "}");
+    }
+    out.push_back(']');
+  }
+  if (e.parsed) {
+    Key(out, f, "qtypes");
+    out.push_back('[');
+    Str(out, QtypeName(e.qtype));
+    out.push_back(']');
+    Key(out, f, "query");
+    Str(out, absl::StrCat(e.qname, "."));
+  }
+  if (e.rcode) {
+    Key(out, f, "rcode");
+    absl::StrAppend(&out, *e.rcode);
+    Key(out, f, "rcode_name");
+    Str(out, RcodeName(*e.rcode));
+  }
+  if (!e.refused.empty()) {
+    Key(out, f, "refused");
+    out.push_back('[');
+    for (size_t i = 0; i < e.refused.size(); ++i) {
+      if (i) out.push_back(',');
+      out.append("{\"ip\":");
+      Str(out, e.refused[i].addr.ToString());
+      out.append(",\"why\":");
+      Str(out, e.refused[i].why);
+      out.push_back('}');
+    }
+    out.push_back(']');
+  }
+  if (!e.rule.empty()) {
+    Key(out, f, "rule");
+    Str(out, e.rule);
+  }
+  Key(out, f, "transport");
+  Str(out, e.over_tcp ? "tcp" : "udp");
+  if (e.truncated) {
+    Key(out, f, "truncated");
+    out.append("true");
+  }
+  if (e.rcode && ttl) {
+    Key(out, f, "ttl");
+    absl::StrAppend(&out, *ttl);
+  }
+  if (!e.upstream_error.empty()) {
+    Key(out, f, "upstream_error");
+    Str(out, e.upstream_error);
+  }
+  if (e.upstream_ns) {
+    Key(out, f, "upstream_latency_ns");
+    absl::StrAppend(&out, *e.upstream_ns);
+  }
+  out.append("},\"reason\":");
+  Str(out, e.reason);
+  absl::StrAppend(&out, ",\"sandbox\":{\"id\":", e.sandbox_id, "},\"schema\":");
+  Str(out, kSchema);
+  out.append(",\"time\":");
+  Str(out, FormatTime(e.realtime_ns));
+  out.append(",\"type\":\"dns\",\"verdict\":");
+  Str(out, e.allowed ? "allow" : "deny");
+  out.push_back('}');
+  return out;
+}
+
 }  // namespace egressd::audit

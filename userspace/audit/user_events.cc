@@ -87,7 +87,10 @@ UserEventWriter::~UserEventWriter() {
 void UserEventWriter::Submit(nlohmann::json record, uint64_t sandbox_id) {
   // Serialised here, in the caller's thread, so the writer thread holds no
   // reference into the caller's objects.
-  std::string line = Dump(record);
+  SubmitLine(Dump(record), sandbox_id);
+}
+
+void UserEventWriter::SubmitLine(std::string line, uint64_t sandbox_id) {
   {
     std::lock_guard<std::mutex> l(mu_);
     ++submitted_;

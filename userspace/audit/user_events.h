@@ -61,6 +61,8 @@ class UserEventWriter {
   // Queues `record` (schema and time already set; sandbox 0: none).  Never
   // blocks on I/O; a record that does not fit is counted as lost.
   void Submit(nlohmann::json record, uint64_t sandbox_id);
+  // The same, for a record already encoded as one line of JSON (no newline).
+  void SubmitLine(std::string line, uint64_t sandbox_id);
   // Returns once everything submitted before the call is written (or
   // counted as lost): egressctl run calls it before its audit reader's last
   // window, so its sandbox's lines are all in that window.
