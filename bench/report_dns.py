@@ -193,8 +193,9 @@ def dns_speed(out, r):
                "nftables: one nft transaction); denied: the local NXDOMAIN (neither asks the upstream).")
     out.append("")
     out.append("| names | rate | floor p50 | floor p99 | added p50 nftables | added p50 egressd | added p99 nftables | "
-               "added p99 egressd | p99 ratio nftables | p99 ratio egressd | goal: egressd p99 added |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+               "added p99 egressd | p99 ratio nftables | p99 ratio egressd | goal: egressd p99 added | "
+               "lost floor / nftables / egressd |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in ("allowed", "denied"):
         for rate in rates:
             c = s.get(row, {}).get("latency", {}).get(str(rate))
@@ -209,7 +210,9 @@ def dns_speed(out, r):
                        f"{c['p99_us']['none']['median']:.0f} µs | {_diff(c['added_p50_us']['nftables'])} | "
                        f"{_diff(c['added_p50_us']['egressd'])} | {_diff(c['added_p99_us']['nftables'])} | "
                        f"{_diff(c['added_p99_us']['egressd'])} | {_ratio(c['p99_us_ratio']['nftables'])} | "
-                       f"{_ratio(c['p99_us_ratio']['egressd'])} | < {goal} µs: {verdict}{ahead} |")
+                       f"{_ratio(c['p99_us_ratio']['egressd'])} | < {goal} µs: {verdict}{ahead} | "
+                       + " / ".join(f"{100 * c['lost'][en]['lost'] / max(c['lost'][en]['sent'], 1):.1f}%"
+                                    for en in ("none", "nftables", "egressd")) + " |")
     out.append("")
     out.append(f"Highest rate with under 1% loss: a step search of open-loop `egr-dns-load` rates ("
                f"{s['step_seconds']:g} s a step, up the ladder {', '.join(f'{x:,}' for x in s['ladder'])} until a step "
