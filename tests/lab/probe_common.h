@@ -92,6 +92,7 @@ const char* const kDefaultPayload = "ping\n";
 void OpTcp(const Op& op);
 void OpUdpBurst(const Op& op);
 void OpTcpBurst(const Op& op);
+void OpDnsNames(const Op& op);
 void OpTfo(const Op& op);
 void OpUringConnect(const Op& op);
 void OpSoMark(const Op& op);

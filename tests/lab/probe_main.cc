@@ -62,6 +62,11 @@ Network operations:
   mptcp-serve PORT              MPTCP echo server on 0.0.0.0:PORT ({"state":"listening"})
   udp-burst ADDR PORT N         N sendto() of one byte on one socket: {"sent","refused","other"}
   tcp-burst ADDR PORT N         N sockets connect()ed and closed: {"connected","refused","other"}
+  dns-names RESOLVER PORT SUFFIX N [--window W]
+                                N type-A queries for unique names q<i>.SUFFIX on one UDP
+                                socket (sendmmsg/recvmmsg), at most W (64) unanswered;
+                                stops after --timeout-ms without an answer: {"sent",
+                                "answered","nxdomain","noerror","unanswered",...}
   scm-give PATH                 offer a fresh TCP socket over SCM_RIGHTS on unix PATH
   scm-connect PATH ADDR PORT    receive a socket from PATH, connect it to ADDR PORT, echo
   hold ADDR PORT [--interval-ms N] [--count K] [--timeout-ms T]
@@ -156,15 +161,16 @@ const std::vector<OpSpec>& Specs() {
       {"unix-path-connect", {A::kText}, OpUnixPathConnect},
       {"udp-burst", {A::kAddr, A::kPort, A::kInt}, OpUdpBurst},
       {"tcp-burst", {A::kAddr, A::kPort, A::kInt}, OpTcpBurst},
+      {"dns-names", {A::kAddr, A::kPort, A::kText, A::kInt}, OpDnsNames},
   };
   return specs;
 }
 
 const std::set<std::string> kValueOpts = {"timeout-ms", "wait-ms", "payload", "interval-ms",
                                           "count", "connect-timeout-ms", "rh-type",
-                                          "api", "source", "hold-ms", "via", "ifname", "type"};
+                                          "api", "source", "hold-ms", "via", "ifname", "type", "window"};
 const std::set<std::string> kIntOpts = {"timeout-ms", "wait-ms", "interval-ms", "count",
-                                        "connect-timeout-ms", "rh-type", "hold-ms", "type"};
+                                        "connect-timeout-ms", "rh-type", "hold-ms", "type", "window"};
 const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create", "dgram",
                                       "until-subflow", "pair"};
 
