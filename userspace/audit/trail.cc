@@ -54,8 +54,13 @@ absl::Status Hold(const Paths& paths, const TrailOptions& o, const LineFn& out,
       EGR_RETURN_IF_ERROR(exporter->Flush());
       if (n == 0) break;
     }
-    // User-space sources' lines (user_events.h) written before `closing`.
-    EGR_RETURN_IF_ERROR(IngestPending(paths, *exporter));
+    // User-space sources' lines (user_events.h) written before `closing`,
+    // the ring read between slices of them.
+    EGR_RETURN_IF_ERROR(IngestPending(paths, *exporter, [&]() -> absl::Status {
+      EGR_RETURN_IF_ERROR(ring.Poll(0, on_event).status());
+      EGR_RETURN_IF_ERROR(failed);
+      return exporter->Flush();
+    }));
     return exporter->OnWindow(counts, closing);
   };
   auto last_window = std::chrono::steady_clock::now();

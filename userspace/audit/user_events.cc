@@ -235,7 +235,12 @@ void WriteOneUserEvent(const Paths& paths, nlohmann::json record, uint64_t sandb
   (*w)->Flush();
 }
 
-absl::Status IngestPending(const Paths& paths, Exporter& exporter) {
+absl::Status IngestPending(const Paths& paths, Exporter& exporter, const std::function<absl::Status()>& between) {
+  size_t sliced = 0;
+  auto slice = [&]() -> absl::Status {
+    if (!between || ++sliced % kIngestSlice != 0) return absl::OkStatus();
+    return between();
+  };
   const std::string dir = PendingDir(paths);
   DIR* d = opendir(dir.c_str());
   if (!d) {
@@ -303,6 +308,7 @@ absl::Status IngestPending(const Paths& paths, Exporter& exporter) {
       if (r.is_discarded() || !r.is_object()) r = ChannelLoss("pending " + name, 0, 1, "a line that is not JSON");
       std::string time = r.contains("time") && r["time"].is_string() ? r["time"].get<std::string>() : "";
       ready.push_back(Pending{std::move(time), std::move(r)});
+      EGR_RETURN_IF_ERROR(slice());
     }
     // A writer killed mid-line: that record is lost, and says so.
     if (writer_gone && start < buf.size()) {
@@ -313,7 +319,10 @@ absl::Status IngestPending(const Paths& paths, Exporter& exporter) {
     done.push_back(Done{name, path, offset + start, writer_gone});
   }
   std::stable_sort(ready.begin(), ready.end(), [](const Pending& a, const Pending& b) { return a.time < b.time; });
-  for (Pending& p : ready) EGR_RETURN_IF_ERROR(exporter.OnUserRecord(std::move(p.record)));
+  for (Pending& p : ready) {
+    EGR_RETURN_IF_ERROR(exporter.OnUserRecord(std::move(p.record)));
+    EGR_RETURN_IF_ERROR(slice());
+  }
   for (const Done& d : done) {
     if (d.remove) {
       if (unlink(d.path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus(errno, absl::StrCat("remove ", d.path));
