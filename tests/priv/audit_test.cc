@@ -3,19 +3,28 @@
 // the counts adding up exactly to the kernel's counters, one sandbox's flood
 // costing another nothing, one reader per ring serving several `egressctl run
 // --audit` side by side, and a reader that was not running losing nothing.
+#include <fcntl.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
 
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "egressd_env.h"
+#include "lab_dns.h"
 
 namespace egressd::test {
 namespace {
@@ -198,30 +207,242 @@ TEST_F(Audit, DeniedUdpBurstAddsUpExactly) {
   EXPECT_EQ(t.sandboxes.size(), 1u);
 }
 
+// A --audit FILE with its rotated predecessors (spdlog's names: a.jsonl,
+// a.1.jsonl ... a.4.jsonl), oldest first.
+std::vector<nlohmann::json> ReadRotated(const std::string& path) {
+  std::vector<nlohmann::json> all;
+  const size_t dot = path.rfind('.');
+  const bool ext = dot != std::string::npos && dot > path.rfind('/');
+  for (int i = 4; i >= 0; --i) {
+    const std::string n = std::to_string(i);
+    const std::string f = !i ? path : ext ? path.substr(0, dot) + "." + n + path.substr(dot) : path + "." + n;
+    if (access(f.c_str(), F_OK) != 0) continue;
+    auto part = ReadLines(f);
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+
+uint64_t BootNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Follows a file as it is written (every 2 ms) and keeps, for each line, the
+// CLOCK_BOOTTIME at which it was first readable: the export time of a
+// record, as a reader of the file sees it (an upper bound: our own polling
+// counts against it).
+class ArrivalTail {
+ public:
+  explicit ArrivalTail(std::string path) : path_(std::move(path)), thread_([this] { Loop(); }) {}
+  ~ArrivalTail() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // (line, boot time it was readable), in file order; call after Stop().
+  const std::vector<std::pair<nlohmann::json, uint64_t>>& lines() const { return lines_; }
+
+ private:
+  void Loop() {
+    std::string pending;
+    int fd = -1;
+    for (;;) {
+      const bool last = stop_;  // one more read after the stop, then out
+      if (fd < 0) fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        char buf[1 << 16];
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof(buf))) > 0) {
+          const uint64_t now = BootNs();
+          pending.append(buf, static_cast<size_t>(n));
+          size_t nl;
+          while ((nl = pending.find('\n')) != std::string::npos) {
+            auto j = nlohmann::json::parse(pending.substr(0, nl), nullptr, false);
+            if (!j.is_discarded()) lines_.emplace_back(std::move(j), now);
+            pending.erase(0, nl + 1);
+          }
+        }
+      }
+      if (last) break;
+      usleep(2000);
+    }
+    if (fd >= 0) close(fd);
+  }
+  std::string path_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::pair<nlohmann::json, uint64_t>> lines_;
+  std::thread thread_;
+};
+
+// The A/B test: sandbox A sends 1M denied datagrams and asks 100k
+// unique names outside its scope (through its DNS redirect to its run's
+// proxy, which answers NXDOMAIN itself), both at once, while sandbox B makes
+// 10k allowed connections.  Every one of B's connects is a record of its own
+// in B's file, none later than one fold window (1 s) after it happened, and
+// A's counts add up: its kernel records' counts plus the kernel's losses are
+// every send it made, its DNS records plus the proxy's reported losses are
+// every query the proxy answered, and none of its names reached the lab's
+// resolver (which saw A's one allowed name: the positive control).
+// "Later" is the time a line became readable in B's --audit file (polled
+// every 2 ms by this test, on CLOCK_BOOTTIME) minus the connect's
+// kernel.boot_ns (the kernel's bpf_ktime_get_boot_ns() when the hook ran).
+// Counts scale down under EGR_TIME_SCALE, the 1 s bound does not.
 TEST_F(Audit, OneSandboxsFloodCostsAnotherNothing) {
-  const long long n = Scaled(1000000), m = 2000;
+  const long long n = Scaled(1000000), names = Scaled(100000), m = Scaled(10000);
+  constexpr uint64_t kWindowNs = 1000000000ull;  // the holder's fold window (trail.h)
   const std::string fa = File("a.jsonl"), fb = File("b.jsonl");
-  std::vector<std::string> flood_policy = {"--audit", fa, "--egress", kPublicA4};
-  auto flood = Shared().StartSandboxed(flood_policy, {"udp-burst", kPublicB4, "7000", std::to_string(n)});
+  const std::string suffix = "flood-" + std::to_string(getpid()) + ".denied.example";
+  const std::string control = "okflood.example";
+  auto upstream = lab::DnsServer::Start(lab::DnsServerSpec{
+      .netns = Shared().lab().world_netns(),
+      .listen = {kPublicE4},
+      .extra_args = {"--address=/" + control + "/" + std::string(kPublicC4)}});
+  ASSERT_TRUE(upstream.ok()) << upstream.status();
+  auto before = Counters();
+
+  // A: both floods at once in one sandbox, then one allowed name.
+  const std::string probe = lab::BinaryPath("egressd-probe");
+  const std::string script =
+      probe + " udp-burst " + kPublicB4 + " 7000 " + std::to_string(n) + " & " + probe + " dns-names 8.8.8.8 53 " +
+      suffix + " " + std::to_string(names) + " --window 64; wait; " + probe + " dns-names 8.8.8.8 53 " + control + " 1";
+  lab::RunSpec sa;
+  sa.argv = {lab::BinaryPath("egressctl"), "run", "--host-root", "--audit", fa, "--egress", kPublicA4,
+             "--egress", "*." + control, "--upstream-dns", kPublicE4, "--", "setpriv", "--bounding-set",
+             "-all,+net_raw", "--inh-caps", "-all", "--", "sh", "-c", script};
+  sa.netns = Shared().lab().client_netns();
+  sa.env = Shared().CtlEnv();
+  sa.timeout = std::chrono::milliseconds(static_cast<long long>(180000 * TimeScale()));
+  auto flood = lab::Start(sa);
   ASSERT_TRUE(flood.ok()) << flood.status();
-  RunResult b = Run(fb, {"--egress", kPublicA4},
-                    {"tcp-burst", kPublicA4, "80", std::to_string(m)});
-  RunResult a = flood->Wait(std::chrono::milliseconds(static_cast<long long>(120000 * TimeScale())));
+  // B starts once both of A's floods are under way: the first kernel record
+  // of each is in A's file.
+  const bool flooding = Lab::WaitFor(
+      [&] {
+        bool datagrams = false, queries = false;
+        std::ifstream in(fa);
+        std::string line;
+        while (std::getline(in, line)) {
+          // The writer may be half way through its last line.
+          auto j = nlohmann::json::parse(line, nullptr, false);
+          if (j.is_discarded() || j["type"] != "send") continue;
+          datagrams |= j["IP"]["destination"] == kPublicB4;
+          queries |= j["reason"] == "dns-redirect";
+        }
+        return datagrams && queries;
+      },
+      std::chrono::milliseconds(static_cast<long long>(20000 * TimeScale())));
+  ASSERT_TRUE(flooding) << "A's floods never showed in its file: " << flood->err();
+
+  ArrivalTail tail(fb);
+  lab::RunSpec sb;
+  sb.argv = Shared().SandboxedArgv({"--audit", fb, "--egress", kPublicA4},
+                                   {"tcp-burst", kPublicA4, "80", std::to_string(m)});
+  sb.netns = Shared().lab().client_netns();
+  sb.env = Shared().CtlEnv();
+  sb.timeout = std::chrono::milliseconds(static_cast<long long>(120000 * TimeScale()));
+  RunResult b = lab::Run(sb);
+  tail.Stop();
+  RunResult a = flood->Wait(std::chrono::milliseconds(static_cast<long long>(180000 * TimeScale())));
   ASSERT_EQ(a.exit_code, 0) << a.Describe();
-  ASSERT_EQ(b.exit_code, 0) << last_;
-  ProbeLine pb = Only(b);
-  ASSERT_EQ(pb["connected"], std::to_string(m)) << last_;
+  ASSERT_EQ(b.exit_code, 0) << b.Describe();
+  ASSERT_EQ(Only(b)["connected"], std::to_string(m)) << b.Describe();
+  auto after = Counters();
+
+  // B: every connect a record of its own, on time.
   auto lb = ReadLines(fb);
   Tally tb = Sum(lb, "connect");
-  // Every one of B's connects is a record of its own: none folded, none lost.
   EXPECT_EQ(tb.records, m);
   EXPECT_EQ(tb.summaries, 0);
   EXPECT_EQ(tb.lost, 0);
   EXPECT_EQ(tb.sandboxes.size(), 1u);
-  Tally ta = Sum(ReadLines(fa), "send");
-  EXPECT_EQ(ta.counted + ta.lost, n);
-  EXPECT_EQ(ta.sandboxes.size(), 1u);
-  EXPECT_NE(*ta.sandboxes.begin(), *tb.sandboxes.begin());
+  std::set<std::pair<int, uint64_t>> kernel_ids;
+  uint64_t worst = 0, on_time = 0;
+  std::vector<uint64_t> lateness;
+  std::string first_b_connect;
+  for (const auto& [j, seen] : tail.lines()) {
+    if (j["type"] != "connect") continue;
+    if (first_b_connect.empty()) first_b_connect = j["time"];
+    kernel_ids.insert({j["kernel"]["cpu"].get<int>(), j["kernel"]["seq"].get<uint64_t>()});
+    const uint64_t at = j["kernel"]["boot_ns"].get<uint64_t>();
+    const uint64_t late = seen > at ? seen - at : 0;
+    worst = std::max(worst, late);
+    on_time += late <= kWindowNs;
+    lateness.push_back(late);
+  }
+  EXPECT_EQ(kernel_ids.size(), static_cast<size_t>(m)) << "each connect once, by its kernel (cpu, seq)";
+  EXPECT_EQ(on_time, static_cast<uint64_t>(m)) << "the latest of B's records came " << worst / 1000000
+                                               << " ms after its connect";
+  std::sort(lateness.begin(), lateness.end());
+  if (!lateness.empty()) {
+    std::printf("[ info ] B: %lld connects, readable after their connect: median %.1f ms, p99 %.1f ms, max %.1f ms\n",
+                m, lateness[lateness.size() / 2] / 1e6, lateness[lateness.size() * 99 / 100] / 1e6, worst / 1e6);
+  }
+
+  // A's probes: every datagram refused, every query answered NXDOMAIN by the
+  // proxy (the window keeps its socket from overflowing), the control answered.
+  auto pa = Lines(a);
+  ASSERT_EQ(pa.size(), 3u) << a.Describe();
+  long long dns_sent = 0;
+  for (auto& l : pa) {
+    if (l["op"] == "udp-burst") {
+      EXPECT_EQ(l["refused"], std::to_string(n)) << a.Describe();
+    } else if (l["dst"] == "8.8.8.8" && l["nxdomain"] != "0") {
+      EXPECT_EQ(l["answered"], std::to_string(names)) << a.Describe();
+      EXPECT_EQ(l["nxdomain"], std::to_string(names)) << a.Describe();
+      EXPECT_EQ(l["unanswered"], "0") << a.Describe();
+      dns_sent += std::stoll(l["sent"]);
+    } else {
+      EXPECT_EQ(l["noerror"], "1") << "the allowed name through the proxy: " << a.Describe();
+      dns_sent += std::stoll(l["sent"]);
+    }
+  }
+  EXPECT_EQ(dns_sent, names + 1);
+
+  // A's file: kernel records' counts + kernel losses = every send; DNS
+  // records + the proxy's losses = every query answered, each name once.
+  auto la = ReadRotated(fa);
+  long long a_sends = 0, a_kernel_lost = 0, a_dns_lost = 0, a_dns_records = 0;
+  std::set<std::string> a_names;
+  std::set<uint64_t> a_ids;
+  for (const auto& j : la) {
+    if (j.contains("sandbox")) a_ids.insert(j["sandbox"]["id"].get<uint64_t>());
+    if (j["type"] == "send") a_sends += j["count"].get<long long>();
+    if (j["type"] == "loss") (j.contains("source") ? a_dns_lost : a_kernel_lost) += j["lost"].get<long long>();
+    if (j["type"] == "dns" && j["verdict"] == "deny") {
+      const std::string q = j["dns"]["query"];
+      EXPECT_EQ(j["reason"], "name-not-in-scope") << j.dump();
+      EXPECT_EQ(j["dns"]["rcode_name"], "NXDOMAIN") << j.dump();
+      EXPECT_TRUE(absl::EndsWith(q, suffix + ".")) << q;
+      a_names.insert(q);
+      ++a_dns_records;
+    }
+  }
+  EXPECT_EQ(a_sends + a_kernel_lost, n + dns_sent) << "A's kernel records and losses";
+  EXPECT_EQ(a_dns_records + a_dns_lost, names) << "A's DNS records " << a_dns_records << " + lost " << a_dns_lost;
+  EXPECT_EQ(a_names.size(), static_cast<size_t>(a_dns_records)) << "a name recorded twice";
+  ASSERT_EQ(a_ids.size(), 1u);
+  EXPECT_NE(*a_ids.begin(), *tb.sandboxes.begin());
+  std::printf("[ info ] A: %lld datagrams, %lld names: %lld DNS records, %lld reported lost; kernel lost %lld\n", n,
+              names, a_dns_records, a_dns_lost, a_kernel_lost);
+  // B ran during A's flood: its first connect came before A's last query.
+  std::string last_a_query;
+  for (const auto& j : la) {
+    if (j["type"] == "dns" && j["verdict"] == "deny") last_a_query = std::max(last_a_query, j["time"].get<std::string>());
+  }
+  EXPECT_LT(first_b_connect, last_a_query) << "B did not overlap A's flood";
+
+  // The kernel's counters: exactly what both did, every occurrence's fate.
+  EXPECT_EQ(after["sendmsg_deny"] - before["sendmsg_deny"], n);
+  EXPECT_EQ((after["event_submitted"] - before["event_submitted"]) +
+                (after["event_folded"] - before["event_folded"]) + (after["event_lost"] - before["event_lost"]),
+            n + dns_sent + m);
+
+  // Nothing of A's names reached the lab's resolver; its allowed name did.
+  ASSERT_TRUE((*upstream)->WaitForQuery("q0." + control, std::chrono::seconds(5))) << (*upstream)->Log();
+  const std::string log = (*upstream)->Log();
+  EXPECT_EQ(log.find(suffix), std::string::npos) << "a denied name reached the upstream";
 }
 
 TEST_F(Audit, ThreeRunsSideBySideEachGetExactlyTheirOwn) {
