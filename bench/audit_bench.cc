@@ -12,18 +12,27 @@
 //     at a time make denied connects, round after round, more than the ring
 //     holds in total: the rate produced, and the kernel's counters of what was
 //     recorded, folded and lost (zero loss and zero folding is the claim).
-//  3. nftables: the same connects from a pod with `ct state new log group N`
-//     and a reject, read by `tcpdump -i nflog:N -w /dev/null` (nflog is how a
-//     packet log reaches a reader; the `log` statement's printk is off in a
-//     non-initial netns by default and overwrites silently): connects/s, the
-//     reader's CPU per record, and the kernel's "dropped" count.
+//  3. side by side with nftables logging each new connection (`ct state new
+//     counter log group N` in the pod's netns), read by egr-nflog-reader
+//     (bench/nflog_reader.cc, nfnetlink_log): the same allowed connects from
+//     sandboxes seen by both readers at once, `egressctl audit --follow` and
+//     the nflog reader, each writing a line per event.  For each: events
+//     produced (the kernel's counters; the nft rule's counter), exported,
+//     summarised and lost, and the reader's CPU per event; once with the
+//     nflog instance's kernel defaults (what tcpdump -i nflog gets), once
+//     tuned.  `--only nflog`: this row alone.
 //
-//   audit_bench [--quick] [--out FILE.json]
+//   audit_bench [--quick] [--only nflog] [--out FILE.json]
 // Prints a markdown table.  Never a pass/fail on a figure: exit 0 when
 // every measurement ran.
+#include <dirent.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -58,6 +67,24 @@ double ProcCpu(pid_t pid) {
     if (i == 15) st = std::stod(field);
   }
   return (ut + st) / sysconf(_SC_CLK_TCK);
+}
+
+// Time on CPU of every thread of a live process, seconds, from the
+// scheduler's nanosecond account (/proc/PID/task/TID/schedstat); the tick
+// count of ProcCpu is too coarse for a few thousand events.
+double TaskCpu(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return ProcCpu(pid);
+  double sum = 0;
+  while (const dirent* t = readdir(d)) {
+    if (t->d_name[0] == '.') continue;
+    std::ifstream in(dir + "/" + t->d_name + "/schedstat");
+    unsigned long long ns = 0;
+    if (in >> ns) sum += ns / 1e9;
+  }
+  closedir(d);
+  return sum;
 }
 
 std::map<std::string, long long> Counters(test::Egressd& e) {
@@ -95,11 +122,11 @@ bool DeniedWave(test::Egressd& e, int p, int k) {
   return ok;
 }
 
-// `sh -c 'exec CMD > /dev/null'` in the node netns with the instance's env.
+// `sh -c 'exec CMD > OUT'` in `netns` with the instance's env.
 absl::StatusOr<lab::Background> StartQuiet(test::Egressd& e, const std::string& netns, const std::string& cmd,
-                                           bool ctl_env = true) {
+                                           const std::string& out = "/dev/null", bool ctl_env = true) {
   lab::RunSpec spec;
-  spec.argv = {"sh", "-c", "exec " + cmd + " > /dev/null"};
+  spec.argv = {"sh", "-c", "exec " + cmd + " > " + out};
   spec.netns = netns;
   if (ctl_env) spec.env = e.CtlEnv();
   spec.timeout = std::chrono::minutes(30);
@@ -185,104 +212,193 @@ Sustained MeasureSustained(test::Egressd& e, int p, int k, int rounds) {
   return s;
 }
 
-struct NftLog {
-  long long connects = 0, captured = 0, dropped = 0;
-  double wall_s = 0, reader_cpu_s = 0;
+// nftables logging each new connection, the incumbent's audit trail: `ct
+// state new counter log group N` in the pod's netns, read by
+// egr-nflog-reader (bench/nflog_reader.cc) in that netns.  One config of
+// the nflog instance and its socket.
+struct NflogConfig {
+  std::string name;
+  std::vector<std::string> args;  // egr-nflog-reader's options
+};
+
+// One run of the same connects seen by both: egressd's exporter (`egressctl
+// audit --follow`, the one reader of the ring) and the nflog reader.
+struct SideBySide {
+  std::string config;
+  long long connects = 0;
+  // egressd: the kernel's counters of the connects and their fates, and the
+  // records the exporter wrote.
+  long long egr_produced = 0, egr_recorded = 0, egr_folded = 0, egr_lost = 0, egr_exported = 0;
+  double egr_cpu_s = 0, egr_idle_cpu_per_s = 0;
+  // nft: the rule's counter (records asked for), the reader's figures.
+  long long nft_produced = 0, nft_exported = 0, nft_seq_gaps = 0, nft_enobufs = 0, nft_socket_drops = 0;
+  double nft_cpu_s = 0;
+  double wall_s = 0;
   bool ok = false;
 };
 
-NftLog MeasureNft(test::Egressd& e, int p, int k, int rounds) {
-  NftLog n;
+lab::RunResult NftIn(const std::string& netns, const std::vector<std::string>& args, const std::string& in = "") {
+  lab::RunSpec spec;
+  spec.argv = {"nft"};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.netns = netns;
+  spec.stdin_data = in;
+  return lab::Run(spec);
+}
+
+// The packets of the first counter of `table`'s rules; -1 when unreadable.
+long long NftCounter(const std::string& netns, const std::string& table) {
+  json j = json::parse(NftIn(netns, {"-j", "list", "table", "inet", table}).out, nullptr, false);
+  if (!j.is_object() || !j.contains("nftables")) return -1;
+  for (const auto& item : j["nftables"]) {
+    if (!item.contains("rule")) continue;
+    for (const auto& e : item["rule"]["expr"]) {
+      if (e.contains("counter")) return e["counter"]["packets"].get<long long>();
+    }
+  }
+  return -1;
+}
+
+off_t FileSize(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+// Both readers are done once neither output grew for 600 ms (each flushes
+// within 100 ms of a record: nflog's flush timeout, the ring's poll).
+void WaitQuiet(const std::vector<std::string>& files, std::chrono::seconds limit) {
+  const auto end = Clock::now() + limit;
+  std::vector<off_t> last(files.size(), -2);
+  int still = 0;
+  while (Clock::now() < end && still < 3) {
+    bool same = true;
+    for (size_t i = 0; i < files.size(); ++i) {
+      const off_t now = FileSize(files[i]);
+      same &= now == last[i];
+      last[i] = now;
+    }
+    still = same ? still + 1 : 0;
+    poll(nullptr, 0, 200);
+  }
+}
+
+SideBySide MeasureSideBySide(test::Egressd& e, const NflogConfig& cfg, int p, int k, int rounds,
+                             const std::string& dir) {
+  SideBySide s;
+  s.config = cfg.name;
   const std::string netns = e.lab().client_netns();
   const std::string table = "egr_bench_nflog";
-  const std::string rules = "table inet " + table +
-                            " {\n chain out {\n  type filter hook output priority 0; policy accept;\n"
-                            "  ct state new counter log group 7\n  ip daddr " + std::string(lab::kPublicB4) +
-                            " tcp dport 80 reject with tcp reset\n }\n}\n";
-  lab::RunSpec load;
-  load.argv = {"nft", "-f", "-"};
-  load.netns = netns;
-  load.stdin_data = rules;
-  lab::RunResult lr = lab::Run(load);
+  const std::string group = "7";
+  lab::RunResult lr = NftIn(netns, {"-f", "-"},
+                            "table inet " + table +
+                                " {\n chain out {\n  type filter hook output priority 0; policy accept;\n"
+                                "  ct state new counter log group " + group + "\n  ip daddr " + lab::kPublicB4 +
+                                " tcp dport 80 reject with tcp reset\n }\n}\n");
   if (lr.exit_code != 0) {
     std::fprintf(stderr, "audit_bench: nft: %s\n", lr.Describe().c_str());
-    return n;
+    return s;
   }
-  lab::RunSpec dump;
-  dump.argv = {"tcpdump", "-n", "-Z", "root", "--immediate-mode", "-i", "nflog:7", "-w", "/dev/null"};
-  dump.stdin_data = "";
-  dump.netns = netns;
-  dump.timeout = std::chrono::minutes(30);
-  auto reader = lab::Start(dump);
-  bool ok = reader.ok();
-  // tcpdump says on stderr when it listens; its stdout stays silent (-w).
-  for (int i = 0; ok && i < 100 && reader->err().find("listening on") == std::string::npos; ++i) {
-    (void)reader->ReadOutLine(std::chrono::milliseconds(50));
-  }
-  ok = ok && reader->err().find("listening on") != std::string::npos;
-  if (getenv("AUDIT_BENCH_DEBUG")) std::fprintf(stderr, "tcpdump pid %d: %s\n", reader->pid(), reader->err().c_str());
+  e.Ctl({"audit"});  // what was queued before
+  const std::string nft_out = dir + "/nflog-" + cfg.name + ".txt", egr_out = dir + "/audit-" + cfg.name + ".jsonl";
+  lab::RunSpec rs;
+  rs.argv = {lab::BinaryPath("egr-nflog-reader"), group, "--out", nft_out};
+  rs.argv.insert(rs.argv.end(), cfg.args.begin(), cfg.args.end());
+  rs.netns = netns;
+  rs.timeout = std::chrono::minutes(30);
+  auto nflog = lab::Start(rs);
+  bool ok = nflog.ok();
   if (ok) {
-    const double cpu0 = ProcCpu(reader->pid());
+    auto ready = nflog->ReadOutLine(std::chrono::seconds(10));
+    ok = ready && ready->rfind("ready", 0) == 0;
+    if (!ok) std::fprintf(stderr, "audit_bench: nflog reader: %s\n", nflog->err().c_str());
+  }
+  auto follower = ok ? StartQuiet(e, e.lab().node_netns(), lab::BinaryPath("egressctl") + " audit --follow", egr_out)
+                     : absl::StatusOr<lab::Background>(absl::InternalError("no nflog reader"));
+  ok = ok && follower.ok();
+  if (ok) {
+    // Each reader's cost with nothing to read (egressd's closes a window a
+    // second), over 2 s, is subtracted for the time it then reads.
+    const double egr_idle0 = TaskCpu(follower->pid()), nft_idle0 = TaskCpu(nflog->pid());
+    const auto i0 = Clock::now();
+    poll(nullptr, 0, 2000);
+    const double idle_s = Seconds(Clock::now() - i0);
+    const double egr_idle_rate = (TaskCpu(follower->pid()) - egr_idle0) / idle_s;
+    const double nft_idle_rate = (TaskCpu(nflog->pid()) - nft_idle0) / idle_s;
+    auto before = Counters(e);
+    const long long nft0 = NftCounter(netns, table);
+    const double egr_cpu0 = TaskCpu(follower->pid()), nft_cpu0 = TaskCpu(nflog->pid());
     const auto t0 = Clock::now();
     for (int r = 0; r < rounds; ++r) {
       std::vector<lab::Background> runs;
       for (int i = 0; i < p; ++i) {
-        lab::RunSpec spec;
-        spec.argv = {lab::BinaryPath("egressd-probe"), "tcp-burst", lab::kPublicB4, "80", std::to_string(k)};
-        spec.netns = netns;
-        spec.timeout = std::chrono::seconds(120);
-        auto bg = lab::Start(spec);
+        auto bg = e.StartSandboxed({"--egress", lab::kPublicB4}, {"tcp-burst", lab::kPublicB4, "80", std::to_string(k)});
         if (bg.ok()) runs.push_back(*std::move(bg));
         ok &= bg.ok();
       }
-      for (auto& bg : runs) ok &= bg.Wait(std::chrono::seconds(120)).exit_code == 0;
+      for (auto& bg : runs) {
+        lab::RunResult rr = bg.Wait(std::chrono::seconds(120));
+        const json line = json::parse(rr.out.substr(0, rr.out.find('\n')), nullptr, false);
+        // egressd allowed each connect (nothing refused with EPERM); nft's
+        // reset answered it (ECONNREFUSED, "other").
+        const bool made = !line.is_discarded() && line.value("refused", -1LL) == 0 &&
+                          line.value("connected", 0LL) + line.value("other", 0LL) == k;
+        if (!made) std::fprintf(stderr, "audit_bench: side-by-side run: %s\n", rr.Describe().c_str());
+        ok &= rr.exit_code == 0 && made;
+      }
     }
-    n.wall_s = Seconds(Clock::now() - t0);
-    n.reader_cpu_s = ProcCpu(reader->pid()) - cpu0;
-    kill(reader->pid(), SIGINT);
-    lab::RunResult rr = reader->Wait(std::chrono::seconds(30));
-    if (rr.err.find("packets captured") == std::string::npos) {
-      std::fprintf(stderr, "audit_bench: tcpdump said no figures: %s\n", rr.Describe().c_str());
-    }
-    long long v = 0;
-    std::istringstream err(rr.err);
+    s.wall_s = Seconds(Clock::now() - t0);
+    WaitQuiet({nft_out, egr_out}, std::chrono::seconds(60));
+    const double read_s = Seconds(Clock::now() - t0);
+    s.egr_cpu_s = std::max(0.0, TaskCpu(follower->pid()) - egr_cpu0 - egr_idle_rate * read_s);
+    s.nft_cpu_s = std::max(0.0, TaskCpu(nflog->pid()) - nft_cpu0 - nft_idle_rate * read_s);
+    s.egr_idle_cpu_per_s = egr_idle_rate;
+    kill(nflog->pid(), SIGTERM);
+    kill(follower->pid(), SIGTERM);
+    lab::RunResult nr = nflog->Wait(std::chrono::seconds(30));
+    lab::RunResult fr = follower->Wait(std::chrono::seconds(60));
+    auto after = Counters(e);
+    s.connects = static_cast<long long>(p) * k * rounds;
+    s.egr_produced = Delta(after, before, "connect_allow");
+    s.egr_recorded = Delta(after, before, "event_submitted");
+    s.egr_folded = Delta(after, before, "event_folded");
+    s.egr_lost = Delta(after, before, "event_lost");
+    s.nft_produced = NftCounter(netns, table) - nft0;
+    // The exporter's lines of these connects, one record each.
+    std::ifstream in(egr_out);
     std::string line;
-    while (std::getline(err, line)) {
-      if (std::sscanf(line.c_str(), "%lld packets captured", &v) == 1) n.captured = v;
-      if (std::sscanf(line.c_str(), "%lld packets dropped by kernel", &v) == 1) n.dropped = v;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.value("type", "") == "connect" && j["IP"]["destination"] == lab::kPublicB4 &&
+          !j.value("summary", false))
+        ++s.egr_exported;
     }
+    // The reader's last line: its figures.
+    const size_t at = nr.out.rfind('{');
+    json sum = at == std::string::npos ? json() : json::parse(nr.out.substr(at), nullptr, false);
+    if (sum.is_object()) {
+      s.nft_exported = sum.value("records", 0LL);
+      s.nft_seq_gaps = sum.value("seq_gaps", 0LL);
+      s.nft_enobufs = sum.value("enobufs", 0LL);
+      s.nft_socket_drops = sum.value("socket_drops", 0LL);
+    } else {
+      std::fprintf(stderr, "audit_bench: nflog reader said no figures: %s\n", nr.Describe().c_str());
+      ok = false;
+    }
+    ok &= fr.exit_code == 0 && nr.exit_code == 0;
   }
-  n.connects = static_cast<long long>(p) * k * rounds;
-  if (getenv("AUDIT_BENCH_DEBUG")) {
-    lab::RunSpec list;
-    list.argv = {"nft", "list", "table", "inet", table};
-    list.netns = netns;
-    std::fprintf(stderr, "%s\n", lab::Run(list).out.c_str());
-  }
-  lab::RunSpec del;
-  del.argv = {"nft", "delete", "table", "inet", table};
-  del.netns = netns;
-  lab::Run(del);
-  n.ok = ok;
-  return n;
+  NftIn(netns, {"delete", "table", "inet", table});
+  s.ok = ok;
+  return s;
 }
 
-int Main(bool quick, const std::string& out) {
-  auto& e = test::Shared();
+// The drain and sustained rows: egressd's exporter alone.
+bool ExportRows(test::Egressd& e, bool quick, json& j) {
   // Sizes: each sandbox within EGR_AUDIT_BURST (8192), a drain within the
   // ring (~65,000 records).
   const int k = quick ? 2000 : 8000;
   const int drain_p = quick ? 2 : 7;
   const int rounds = quick ? 2 : 6;
   std::vector<int> parallel = quick ? std::vector<int>{2} : std::vector<int>{1, 2, 4};
-  json j;
-  j["quick"] = quick;
-  {
-    std::ifstream la("/proc/loadavg");
-    std::string l;
-    std::getline(la, l);
-    j["loadavg_start"] = l;
-  }
   bool all_ok = true;
   std::printf("| measurement | events | wall s | events/s | exporter CPU µs/event | folded | lost |\n|---|---|---|---|---|---|---|\n");
   std::vector<std::pair<std::string, std::string>> binaries = {{"egressctl", lab::BinaryPath("egressctl")}};
@@ -314,17 +430,65 @@ int Main(bool quick, const std::string& out) {
     std::printf("| egressd, reader following, %d sandboxes at a time | %lld | %.2f | %.0f | %.2f | %lld | %lld |\n", p,
                 s.occurrences, s.wall_s, rate, cpu_us, s.folded, s.lost);
   }
-  for (int p : parallel) {
-    NftLog n = MeasureNft(e, p, k, rounds);
-    all_ok &= n.ok;
-    const double rate = n.wall_s > 0 ? n.connects / n.wall_s : 0;
-    const double cpu_us = n.captured ? n.reader_cpu_s / n.captured * 1e6 : 0;
-    j["nft_nflog"].push_back({{"parallel", p}, {"connects", n.connects}, {"captured", n.captured},
-                              {"dropped", n.dropped}, {"wall_s", n.wall_s}, {"reader_cpu_s", n.reader_cpu_s},
-                              {"connects_per_s", rate}, {"cpu_us_per_record", cpu_us}, {"ok", n.ok}});
-    std::printf("| nft `log group` + tcpdump nflog reader, %d pods' workers at a time | %lld (captured %lld) | %.2f | %.0f | %.2f | - | %lld |\n",
-                p, n.connects, n.captured, n.wall_s, rate, cpu_us, n.dropped + (n.connects - n.captured));
+  return all_ok;
+}
+
+int Main(bool quick, bool only_nflog, const std::string& out) {
+  auto& e = test::Shared();
+  json j;
+  j["quick"] = quick;
+  {
+    std::ifstream la("/proc/loadavg");
+    std::string l;
+    std::getline(la, l);
+    j["loadavg_start"] = l;
   }
+  bool all_ok = only_nflog || ExportRows(e, quick, j);
+  // nftables logging each new connection beside egressd's exporter: the same
+  // connects, both readers at once.  The nflog instance with the kernel's
+  // defaults and whole packets copied (what libpcap, so tcpdump -i nflog,
+  // asks for), and at its best: a record is the 64 bytes that name the
+  // destination, up to 256 records per netlink message of up to 64 KiB,
+  // flushed every 10 ms, into a socket buffer of egressd's ring size (8 MiB).
+  const std::vector<NflogConfig> configs = {
+      {"kernel-defaults", {}},
+      {"tuned", {"--copy-range", "64", "--qthresh", "256", "--nlbufsiz", "65536", "--flush-cs", "1", "--rcvbuf",
+                 std::to_string(8 << 20)}}};
+  char dir_tmpl[] = "/run/egr-audit-bench-XXXXXX";
+  const std::string dir = mkdtemp(dir_tmpl) ? dir_tmpl : "";
+  all_ok &= !dir.empty();
+  std::printf("\n| nflog config | connects | wall s | connects/s | egressd: produced / exported / summarised / lost | "
+              "egressd CPU µs/event | nft: produced / exported / lost (seq gaps, ENOBUFS) | nft reader CPU µs/record | "
+              "exported ratio egressd : nft | CPU ratio nft : egressd |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& cfg : configs) {
+    if (dir.empty()) break;
+    const int sp = quick ? 1 : 2, sk = quick ? 300 : 8000, sr = quick ? 1 : 3;
+    SideBySide r = MeasureSideBySide(e, cfg, sp, sk, sr, dir);
+    all_ok &= r.ok;
+    const double egr_us = r.egr_exported ? r.egr_cpu_s / r.egr_exported * 1e6 : 0;
+    const double nft_us = r.nft_exported ? r.nft_cpu_s / r.nft_exported * 1e6 : 0;
+    const double egr_share = r.egr_produced ? static_cast<double>(r.egr_exported) / r.egr_produced : 0;
+    const double nft_share = r.nft_produced > 0 ? static_cast<double>(r.nft_exported) / r.nft_produced : 0;
+    j["side_by_side"].push_back(
+        {{"config", r.config}, {"nflog_args", cfg.args}, {"parallel", sp}, {"connects", r.connects},
+         {"wall_s", r.wall_s}, {"egressd", {{"produced", r.egr_produced}, {"recorded", r.egr_recorded},
+                                           {"exported", r.egr_exported}, {"folded", r.egr_folded},
+                                           {"lost", r.egr_lost}, {"reader_cpu_s", r.egr_cpu_s},
+                                           {"idle_cpu_s_per_s", r.egr_idle_cpu_per_s},
+                                           {"cpu_us_per_event", egr_us}}},
+         {"nft", {{"produced", r.nft_produced}, {"exported", r.nft_exported},
+                  {"lost", r.nft_produced - r.nft_exported}, {"seq_gaps", r.nft_seq_gaps},
+                  {"enobufs", r.nft_enobufs}, {"socket_drops", r.nft_socket_drops},
+                  {"reader_cpu_s", r.nft_cpu_s}, {"cpu_us_per_record", nft_us}}},
+         {"ok", r.ok}});
+    std::printf("| %s | %lld | %.2f | %.0f | %lld / %lld / %lld / %lld | %.2f | %lld / %lld / %lld (%lld, %lld) | %.2f | "
+                "%.3f : %.3f | %.2f |\n",
+                r.config.c_str(), r.connects, r.wall_s, r.wall_s > 0 ? r.connects / r.wall_s : 0, r.egr_produced,
+                r.egr_exported, r.egr_folded, r.egr_lost, egr_us, r.nft_produced, r.nft_exported,
+                r.nft_produced - r.nft_exported, r.nft_seq_gaps, r.nft_enobufs, nft_us, egr_share, nft_share,
+                egr_us > 0 ? nft_us / egr_us : 0);
+  }
+  if (!dir.empty()) (void)system(("rm -rf " + dir).c_str());
   {
     std::ifstream la("/proc/loadavg");
     std::string l;
@@ -339,18 +503,21 @@ int Main(bool quick, const std::string& out) {
 }  // namespace egressd::bench
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, only_nflog = false;
   std::string out;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
+    } else if (a == "--only" && i + 1 < argc && std::string(argv[i + 1]) == "nflog") {
+      only_nflog = true;
+      ++i;
     } else if (a == "--out" && i + 1 < argc) {
       out = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: audit_bench [--quick] [--out FILE.json] (got \"%s\")\n", a.c_str());
+      std::fprintf(stderr, "usage: audit_bench [--quick] [--only nflog] [--out FILE.json] (got \"%s\")\n", a.c_str());
       return 2;
     }
   }
-  return egressd::bench::Main(quick, out);
+  return egressd::bench::Main(quick, only_nflog, out);
 }

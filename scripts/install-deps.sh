@@ -40,6 +40,8 @@ packages=(
   dnsperf libnftables-dev
   # the audit metrics' check (promtool), bench/audit_bench.cc's CPU figures (GNU time)
   prometheus time
+  # bench/nflog_reader.cc: the incumbent's reader of `nft log group N` (nfnetlink_log)
+  libnetfilter-log-dev
 )
 
 missing=()
