@@ -219,6 +219,7 @@ Sustained MeasureSustained(test::Egressd& e, int p, int k, int rounds) {
 struct NflogConfig {
   std::string name;
   std::vector<std::string> args;  // egr-nflog-reader's options
+  bool tcpdump = false;           // the reader is `tcpdump -i nflog:N` instead
 };
 
 // One run of the same connects seen by both: egressd's exporter (`egressctl
@@ -264,13 +265,14 @@ off_t FileSize(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? st.st_size : -1;
 }
 
-// Both readers are done once neither output grew for 600 ms (each flushes
-// within 100 ms of a record: nflog's flush timeout, the ring's poll).
+// Both readers are done once neither output grew for 1.4 s: past nflog's
+// default flush timeout (1 s: records wait in the kernel until 100 of them
+// or the timer), and the exporter's window.
 void WaitQuiet(const std::vector<std::string>& files, std::chrono::seconds limit) {
   const auto end = Clock::now() + limit;
   std::vector<off_t> last(files.size(), -2);
   int still = 0;
-  while (Clock::now() < end && still < 3) {
+  while (Clock::now() < end && still < 7) {
     bool same = true;
     for (size_t i = 0; i < files.size(); ++i) {
       const off_t now = FileSize(files[i]);
@@ -282,7 +284,7 @@ void WaitQuiet(const std::vector<std::string>& files, std::chrono::seconds limit
   }
 }
 
-SideBySide MeasureSideBySide(test::Egressd& e, const NflogConfig& cfg, int p, int k, int rounds,
+SideBySide MeasureSideBySide(test::Egressd& e, const NflogConfig& cfg, int p, int k, int rounds, int idle_ms,
                              const std::string& dir) {
   SideBySide s;
   s.config = cfg.name;
@@ -303,11 +305,21 @@ SideBySide MeasureSideBySide(test::Egressd& e, const NflogConfig& cfg, int p, in
   lab::RunSpec rs;
   rs.argv = {lab::BinaryPath("egr-nflog-reader"), group, "--out", nft_out};
   rs.argv.insert(rs.argv.end(), cfg.args.begin(), cfg.args.end());
+  // tcpdump writes each packet to its file as it comes (-U), so the quiet
+  // wait below sees it finish too.
+  if (cfg.tcpdump) rs.argv = {"tcpdump", "-n", "-Z", "root", "--immediate-mode", "-U", "-i", "nflog:" + group, "-w", nft_out};
+  rs.stdin_data = "";
   rs.netns = netns;
   rs.timeout = std::chrono::minutes(30);
   auto nflog = lab::Start(rs);
   bool ok = nflog.ok();
-  if (ok) {
+  if (ok && cfg.tcpdump) {
+    // It says on stderr when it listens; its stdout stays silent (-w).
+    for (int i = 0; i < 100 && nflog->err().find("listening on") == std::string::npos; ++i)
+      (void)nflog->ReadOutLine(std::chrono::milliseconds(50));
+    ok = nflog->err().find("listening on") != std::string::npos;
+    if (!ok) std::fprintf(stderr, "audit_bench: tcpdump: %s\n", nflog->err().c_str());
+  } else if (ok) {
     auto ready = nflog->ReadOutLine(std::chrono::seconds(10));
     ok = ready && ready->rfind("ready", 0) == 0;
     if (!ok) std::fprintf(stderr, "audit_bench: nflog reader: %s\n", nflog->err().c_str());
@@ -317,10 +329,10 @@ SideBySide MeasureSideBySide(test::Egressd& e, const NflogConfig& cfg, int p, in
   ok = ok && follower.ok();
   if (ok) {
     // Each reader's cost with nothing to read (egressd's closes a window a
-    // second), over 2 s, is subtracted for the time it then reads.
+    // second), over idle_ms, is subtracted for the time it then reads.
     const double egr_idle0 = TaskCpu(follower->pid()), nft_idle0 = TaskCpu(nflog->pid());
     const auto i0 = Clock::now();
-    poll(nullptr, 0, 2000);
+    poll(nullptr, 0, idle_ms);
     const double idle_s = Seconds(Clock::now() - i0);
     const double egr_idle_rate = (TaskCpu(follower->pid()) - egr_idle0) / idle_s;
     const double nft_idle_rate = (TaskCpu(nflog->pid()) - nft_idle0) / idle_s;
@@ -352,7 +364,7 @@ SideBySide MeasureSideBySide(test::Egressd& e, const NflogConfig& cfg, int p, in
     s.egr_cpu_s = std::max(0.0, TaskCpu(follower->pid()) - egr_cpu0 - egr_idle_rate * read_s);
     s.nft_cpu_s = std::max(0.0, TaskCpu(nflog->pid()) - nft_cpu0 - nft_idle_rate * read_s);
     s.egr_idle_cpu_per_s = egr_idle_rate;
-    kill(nflog->pid(), SIGTERM);
+    kill(nflog->pid(), cfg.tcpdump ? SIGINT : SIGTERM);
     kill(follower->pid(), SIGTERM);
     lab::RunResult nr = nflog->Wait(std::chrono::seconds(30));
     lab::RunResult fr = follower->Wait(std::chrono::seconds(60));
@@ -375,6 +387,29 @@ SideBySide MeasureSideBySide(test::Egressd& e, const NflogConfig& cfg, int p, in
     // The reader's last line: its figures.
     const size_t at = nr.out.rfind('{');
     json sum = at == std::string::npos ? json() : json::parse(nr.out.substr(at), nullptr, false);
+    if (cfg.tcpdump) {
+      if (getenv("AUDIT_BENCH_DEBUG")) std::fprintf(stderr, "tcpdump: %s\n", nr.Describe().c_str());
+      long long v = 0;
+      std::istringstream err(nr.err);
+      std::string l;
+      sum = json::object();
+      // Its summary lines are "N packets captured", "N packets received by
+      // filter", "N packets dropped by kernel".  (sscanf's return cannot tell
+      // them apart: "%lld packets captured" converts one number on each of
+      // the three lines, which is how an earlier version read the kernel's
+      // drop count, mostly 0, as tcpdump's records.)
+      auto figure = [](const std::string& line, const std::string& what, long long* out) {
+        const size_t sp = line.find(' ');
+        if (sp == std::string::npos || line.substr(sp + 1) != what) return false;
+        *out = std::atoll(line.substr(0, sp).c_str());
+        return true;
+      };
+      while (std::getline(err, l)) {
+        if (figure(l, "packets captured", &v)) sum["records"] = v;
+        if (figure(l, "packets dropped by kernel", &v)) sum["enobufs"] = v;
+      }
+      if (!sum.contains("records")) sum = json();
+    }
     if (sum.is_object()) {
       s.nft_exported = sum.value("records", 0LL);
       s.nft_seq_gaps = sum.value("seq_gaps", 0LL);
@@ -450,10 +485,15 @@ int Main(bool quick, bool only_nflog, const std::string& out) {
   // asks for), and at its best: a record is the 64 bytes that name the
   // destination, up to 256 records per netlink message of up to 64 KiB,
   // flushed every 10 ms, into a socket buffer of egressd's ring size (8 MiB).
-  const std::vector<NflogConfig> configs = {
+  std::vector<NflogConfig> configs = {
+      {"tcpdump", {}, true},
       {"kernel-defaults", {}},
       {"tuned", {"--copy-range", "64", "--qthresh", "256", "--nlbufsiz", "65536", "--flush-cs", "1", "--rcvbuf",
                  std::to_string(8 << 20)}}};
+  // AUDIT_BENCH_NFLOG=NAME: that config alone.
+  if (const char* only = getenv("AUDIT_BENCH_NFLOG")) {
+    std::erase_if(configs, [&](const NflogConfig& c) { return c.name != only; });
+  }
   char dir_tmpl[] = "/run/egr-audit-bench-XXXXXX";
   const std::string dir = mkdtemp(dir_tmpl) ? dir_tmpl : "";
   all_ok &= !dir.empty();
@@ -463,7 +503,7 @@ int Main(bool quick, bool only_nflog, const std::string& out) {
   for (const auto& cfg : configs) {
     if (dir.empty()) break;
     const int sp = quick ? 1 : 2, sk = quick ? 300 : 8000, sr = quick ? 1 : 3;
-    SideBySide r = MeasureSideBySide(e, cfg, sp, sk, sr, dir);
+    SideBySide r = MeasureSideBySide(e, cfg, sp, sk, sr, quick ? 300 : 2000, dir);
     all_ok &= r.ok;
     const double egr_us = r.egr_exported ? r.egr_cpu_s / r.egr_exported * 1e6 : 0;
     const double nft_us = r.nft_exported ? r.nft_cpu_s / r.nft_exported * 1e6 : 0;

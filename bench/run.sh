@@ -13,6 +13,10 @@
 #                          the DNS speed rows alone (bench/dns_speed.h):
 #                          <date>-dns-speed.json and .md (about 12 minutes;
 #                          --quick about 15 s)
+#   bench/run.sh [--quick] --only audit-nflog
+#                          the audit export beside nftables logging each new
+#                          connection (bench/audit_bench.cc --only nflog) alone:
+#                          <date>-audit-nflog.json and .md
 # Run as root (the lab builds namespaces; egressd loads BPF).  Never a
 # pass/fail on a time: exit 0 when every measurement ran.
 set -euo pipefail
@@ -24,15 +28,15 @@ while (($#)); do
   case $1 in
     --quick) quick=(--quick) ;;
     --only)
-      if [[ ${2:-} != dns && ${2:-} != dnsspeed ]]; then
-        echo "bench/run.sh: --only takes \"dns\" or \"dnsspeed\" (got \"${2:-}\")" >&2
+      if [[ ${2:-} != dns && ${2:-} != dnsspeed && ${2:-} != audit-nflog ]]; then
+        echo "bench/run.sh: --only takes \"dns\", \"dnsspeed\" or \"audit-nflog\" (got \"${2:-}\")" >&2
         exit 2
       fi
       only=(--only "$2")
       shift
       ;;
     *)
-      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed])" >&2
+      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed|audit-nflog])" >&2
       exit 2
       ;;
   esac
@@ -45,8 +49,8 @@ fi
 if [[ ! -x $build/bench/enforcer_bench ]]; then
   cmake --build "$build" --target enforcer_bench egressctl egressd-probe egr-nft-forwarder >/dev/null
 fi
-if [[ ! -x $build/bench/audit_bench ]]; then
-  cmake --build "$build" --target audit_bench >/dev/null
+if [[ ! -x $build/bench/audit_bench || ! -x $build/bench/egr-nflog-reader ]]; then
+  cmake --build "$build" --target audit_bench egr-nflog-reader >/dev/null
 fi
 if ((${#quick[@]})); then
   out=${BENCH_OUT:-$(mktemp -d /tmp/egr-bench-smoke-XXXXXX)}
@@ -55,6 +59,13 @@ else
 fi
 mkdir -p "$out"
 stamp=$(date -u +%Y-%m-%d)
+if [[ ${only[1]:-} == audit-nflog ]]; then
+  # The side-by-side rows alone: their own table, nothing else runs.
+  "$build/bench/audit_bench" "${quick[@]}" --only nflog --out "$out/$stamp-audit-nflog.json" >"$out/$stamp-audit-nflog.md"
+  echo "bench/run.sh: $out/$stamp-audit-nflog.json, $out/$stamp-audit-nflog.md"
+  cat "$out/$stamp-audit-nflog.md"
+  exit 0
+fi
 if ((${#only[@]})); then stamp=$stamp-${only[1]/dnsspeed/dns-speed}; fi
 json=$out/$stamp.json
 "$build/bench/enforcer_bench" "${quick[@]}" "${only[@]}" --out "$json"
