@@ -162,6 +162,18 @@ std::vector<egr_event> Events() {
   return out;
 }
 
+// What the exporter adds: ids in the sandbox's pid namespace (either, both,
+// none; 0 and the largest) and the names a destination was learned for.
+std::vector<Enrichment> Enrichments() {
+  std::vector<Enrichment> out(1);
+  out.push_back(Enrichment{1, 2, {}});
+  out.push_back(Enrichment{0, std::nullopt, {}});
+  out.push_back(Enrichment{std::nullopt, ~0u, {}});
+  out.push_back(Enrichment{std::nullopt, std::nullopt, {"api.example.com"}});
+  out.push_back(Enrichment{7, 8, {"a.example.net", "b.ex\"ample.net", "caf\xc3\xa9.example", "\xff.bad"}});
+  return out;
+}
+
 TEST(AuditEncoder, EventLinesAreTheSameBytesAsNlohmanns) {
   const uint64_t times[] = {0, 1764591378024190179ull, 1764591378999999999ull, 4102444800000000001ull};
   int compared = 0;
@@ -170,17 +182,34 @@ TEST(AuditEncoder, EventLinesAreTheSameBytesAsNlohmanns) {
     for (const egr_event& e : Events()) {
       const EncodedSandbox enc = EncodeSandbox(e.key.sandbox_id, sb);
       for (uint64_t t : times) {
-        nlohmann::json j = EventJson(e, t, sb);
-        const std::string slow = Line(j, e.seq + 7);
-        fast.clear();
-        AppendEventLine(fast, e, t, enc, e.seq + 7);
-        ASSERT_EQ(fast, slow) << "kind " << int(e.key.kind) << " action " << int(e.key.action) << " reason "
-                              << int(e.key.reason) << " flags " << e.flags;
-        ++compared;
+        for (const Enrichment& x : Enrichments()) {
+          nlohmann::json j = EventJson(e, t, sb, x);
+          const std::string slow = Line(j, e.seq + 7);
+          fast.clear();
+          AppendEventLine(fast, e, t, enc, e.seq + 7, x);
+          ASSERT_EQ(fast, slow) << "kind " << int(e.key.kind) << " action " << int(e.key.action) << " reason "
+                                << int(e.key.reason) << " flags " << e.flags;
+          ++compared;
+        }
       }
     }
   }
   EXPECT_GT(compared, 4000);
+}
+
+TEST(AuditEncoder, EnrichmentLandsWhereItBelongs) {
+  egr_event e = Base();
+  const Enrichment x{5, 6, {"api.example.com"}};
+  nlohmann::json j = EventJson(e, 1, std::nullopt, x);
+  EXPECT_EQ(j["process"]["ns_pid"], 5);
+  EXPECT_EQ(j["process"]["ns_tid"], 6);
+  EXPECT_EQ(j["process"]["pid"], 77);  // the node's, unchanged
+  EXPECT_EQ(j["destination_names"], nlohmann::json::array({"api.example.com"}));
+  // A record without a task (a backstop drop) names no pid in any namespace.
+  e.flags = EGR_EVENT_HAS_UID;
+  j = EventJson(e, 1, std::nullopt, x);
+  EXPECT_FALSE(j["process"].contains("ns_pid"));
+  EXPECT_FALSE(j["process"].contains("pid"));
 }
 
 TEST(AuditEncoder, SummaryLinesAreTheSameBytesAsNlohmanns) {
@@ -197,11 +226,13 @@ TEST(AuditEncoder, SummaryLinesAreTheSameBytesAsNlohmanns) {
         v.count = count;
         v.first_boot_ns = e.boot_ns;
         const uint64_t first = 1764591378033059349ull, now = 1764591378745010386ull;
-        nlohmann::json j = SummaryJson(e.key, v, first, now, sb);
-        const std::string slow = Line(j, 12345);
-        fast.clear();
-        AppendSummaryLine(fast, e.key, v, first, now, EncodeSandbox(e.key.sandbox_id, sb), 12345);
-        ASSERT_EQ(fast, slow);
+        for (const Enrichment& x : Enrichments()) {
+          nlohmann::json j = SummaryJson(e.key, v, first, now, sb, x);
+          const std::string slow = Line(j, 12345);
+          fast.clear();
+          AppendSummaryLine(fast, e.key, v, first, now, EncodeSandbox(e.key.sandbox_id, sb), 12345, x);
+          ASSERT_EQ(fast, slow);
+        }
       }
     }
   }

@@ -301,6 +301,15 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
     });
   }
 
+  // The sandbox's PID namespace into its record before anything runs in
+  // it, so its audit records can name their pids there (`process.ns_pid`).
+  spec.on_pid_namespace = [&, sandbox_id = *id](const std::string& pidns) {
+    struct stat st {};
+    absl::Status s = stat(pidns.c_str(), &st) == 0 ? registry.SetPidNamespace(sandbox_id, st.st_dev, st.st_ino)
+                                                   : ErrnoStatus(errno, absl::StrCat("stat ", pidns));
+    if (!s.ok()) spdlog::warn("sandbox {}: its pid namespace is not recorded (audit records name node pids only): {}",
+                              sandbox_id, s.ToString());
+  };
   auto code = sandbox::RunIsolated(spec);
 
   // Kill whatever the command left behind before its policy goes away.

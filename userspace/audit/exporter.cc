@@ -1,6 +1,8 @@
 #include "userspace/audit/exporter.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -11,10 +13,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "userspace/audit/reader_lock.h"
 #include "userspace/audit/user_events.h"
 #include "userspace/common/errors.h"
+#include "userspace/dns/scope.h"
+#include "userspace/net/ip.h"
 
 namespace egressd::audit {
 namespace {
@@ -22,6 +28,12 @@ namespace {
 // A jump this far ahead is not reordering between CPUs: written as a gap at
 // once rather than remembered number by number.
 constexpr uint64_t kMaxPendingGap = 65536;
+// destination_names: addresses remembered (the oldest forgotten first),
+// names kept per address and name id, and records held back for their DNS
+// record at most (beyond, written at once with what is known).
+constexpr size_t kMaxLearned = 65536;
+constexpr size_t kMaxNamesPerAddress = 16;
+constexpr size_t kMaxDeferred = 65536;
 
 uint64_t ClockNs(clockid_t c) {
   struct timespec ts;
@@ -166,23 +178,37 @@ absl::Status Exporter::SaveState() const {
   return WriteFileAtomically(options_.state_path, j.dump() + "\n");
 }
 
+void Exporter::Refresh(uint64_t id, SandboxCache& c, bool fresh) {
+  c.checked_window = window_;
+  struct stat st;
+  if (stat(records_.PathOf(id).c_str(), &st) != 0) {
+    // No record yet (asked again next window), or none any more: a removed
+    // sandbox's last lines keep the labels it had.
+    if (fresh) c.encoded = EncodeSandbox(id, c.info);
+    return;
+  }
+  const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (c.info && st.st_ino == c.record_ino && mtime == c.record_mtime_ns) return;
+  auto rec = records_.Load(id);
+  if (rec.ok() && rec->has_value()) {
+    c.info = SandboxInfo{(*rec)->labels, {}, (*rec)->pidns_dev, (*rec)->pidns_inode};
+    // The names of the policy in force and, during a flip, of the one
+    // before: a record of either may be read now.
+    for (const control::PolicyRef* ref : {&(*rec)->current, (*rec)->previous ? &*(*rec)->previous : nullptr}) {
+      if (ref && ref->policy) c.info->names.merge(NameRulesById(*ref->policy));
+    }
+    c.record_ino = st.st_ino;
+    c.record_mtime_ns = mtime;
+  }
+  c.encoded = EncodeSandbox(id, c.info);
+}
+
 Exporter::SandboxCache& Exporter::Cached(uint64_t id) {
   if (last_sandbox_ && last_sandbox_id_ == id) return *last_sandbox_;
   auto [it, fresh] = sandboxes_.try_emplace(id);
   SandboxCache& c = it->second;
-  if (fresh) {
-    auto rec = records_.Load(id);
-    if (rec.ok() && rec->has_value()) {
-      c.info = SandboxInfo{(*rec)->labels, {}};
-      // The names of the policy in force and, during a flip, of the one
-      // before: a record of either may be read now.
-      for (const control::PolicyRef* ref : {&(*rec)->current, (*rec)->previous ? &*(*rec)->previous : nullptr}) {
-        if (ref && ref->policy) c.info->names.merge(NameRulesById(*ref->policy));
-      }
-    }
-    c.encoded = EncodeSandbox(id, c.info);
-    c.counted = &counted_[id];
-  }
+  if (fresh) c.counted = &counted_[id];
+  if (fresh || c.checked_window != window_) Refresh(id, c, fresh);
   last_sandbox_ = &c;
   last_sandbox_id_ = id;
   return c;
@@ -218,6 +244,7 @@ absl::Status Exporter::Spool(uint64_t id) {
     it = spools_.emplace(id, SpoolFile{SpoolWriter(SpoolPath(paths_, id), options_.spool_limits), {}}).first;
   }
   it->second.pending += line_;
+  if (id) spool_written_[id] = window_;
   // A batch is written whole at Flush(); a very large one in pieces of
   // whole lines.
   if (it->second.pending.size() >= (1u << 20)) return Flush();
@@ -252,11 +279,84 @@ absl::Status Exporter::OnEvent(const egr_event& e) {
     c.missing.clear();
     c.next = e.seq + 1;
   }
+  return EmitEvent(e, true);
+}
+
+Enrichment Exporter::Enrich(const SandboxCache& sb, const egr_event_key& k, const egr_event_task& t,
+                            uint16_t flags, uint32_t match_id, uint64_t boot_ns) {
+  Enrichment x;
+  if ((flags & EGR_EVENT_HAS_TASK) && sb.info && sb.info->pidns_inode) {
+    NsIds ids = ns_pids_.Lookup(t.tgid, t.pid, t.cgroup_id, boot_ns, {sb.info->pidns_dev, sb.info->pidns_inode});
+    x.ns_pid = ids.pid;
+    x.ns_tid = ids.tid;
+  }
+  if (k.reason == EGR_REASON_RESOLVED && match_id) DestinationNames(sb, k, match_id, x.destination_names);
+  return x;
+}
+
+bool Exporter::DestinationNames(const SandboxCache& sb, const egr_event_key& k, uint32_t match_id,
+                                std::vector<std::string>& out) const {
+  std::set<std::string> names;
+  if (sb.info) {
+    auto rule = sb.info->names.find(match_id);
+    // An exact rule's id is written only for answers to that very name.
+    if (rule != sb.info->names.end() && !absl::StartsWith(rule->second, "*.")) names.insert(rule->second);
+  }
+  std::array<uint8_t, 16> b;
+  __builtin_memcpy(b.data(), k.daddr, 16);
+  if (auto it = learned_.find({k.sandbox_id, net::IpAddr::V6(b).ToString()}); it != learned_.end()) {
+    if (auto n = it->second.find(match_id); n != it->second.end()) names.insert(n->second.begin(), n->second.end());
+  }
+  out.assign(names.begin(), names.end());
+  return !out.empty();
+}
+
+void Exporter::Learn(const nlohmann::json& r) {
+  if (!r.contains("dns") || !r["dns"].is_object() || !r.contains("sandbox") || !r["sandbox"].is_object()) return;
+  const nlohmann::json& d = r["dns"];
+  if (!d.contains("learned") || !d["learned"].is_array() || !d.contains("query") || !d["query"].is_string() ||
+      !d.contains("rule") || !d["rule"].is_string()) {
+    return;
+  }
+  const uint64_t id = r["sandbox"].value("id", uint64_t{0});
+  std::string name = d["query"].get<std::string>();
+  if (!name.empty() && name.back() == '.') name.pop_back();  // as match.name: no root label
+  const uint32_t rule_id = dns::NameId(d["rule"].get<std::string>());
+  for (const auto& l : d["learned"]) {
+    if (!l.is_object() || !l.contains("ip") || !l["ip"].is_string()) continue;
+    std::pair<uint64_t, std::string> key{id, l["ip"].get<std::string>()};
+    auto [it, fresh] = learned_.try_emplace(key);
+    if (fresh) learned_order_.push_back(std::move(key));
+    std::set<std::string>& names = it->second[rule_id];
+    if (names.size() < kMaxNamesPerAddress) names.insert(name);
+  }
+  while ((learned_.size() > kMaxLearned || learned_order_.size() > 2 * kMaxLearned) && !learned_order_.empty()) {
+    learned_.erase(learned_order_.front());
+    learned_order_.pop_front();
+  }
+}
+
+void Exporter::Forget(uint64_t sandbox_id) {
+  auto it = learned_.lower_bound({sandbox_id, std::string()});
+  while (it != learned_.end() && it->first.first == sandbox_id) it = learned_.erase(it);
+}
+
+absl::Status Exporter::EmitEvent(const egr_event& e, bool may_defer) {
   SandboxCache& sb = Cached(e.key.sandbox_id);
+  Enrichment x = Enrich(sb, e.key, e.task, e.flags, e.match_id, e.boot_ns);
+  // A resolved address whose wildcard rule's DNS record has not been read
+  // yet (the proxy writes it after its answer left, the holder ingests at
+  // the window's end): the record waits for that window's end.
+  if (may_defer && e.key.reason == EGR_REASON_RESOLVED && e.match_id && x.destination_names.empty() &&
+      deferred_.size() < kMaxDeferred) {
+    deferred_.push_back(e);
+    deferred_ns_.push_back({x.ns_pid, x.ns_tid});
+    return absl::OkStatus();
+  }
   *sb.counted += 1;
   ++occurrences_[{e.key.kind, e.key.action, e.key.reason}];
   line_.clear();
-  AppendEventLine(line_, e, Realtime(e.boot_ns), sb.encoded, ++seq_);
+  AppendEventLine(line_, e, Realtime(e.boot_ns), sb.encoded, ++seq_, x);
   return EmitLine(e.key.sandbox_id, false);
 }
 
@@ -265,7 +365,10 @@ absl::Status Exporter::OnUserRecord(nlohmann::json record) {
   if (record.contains("sandbox") && record["sandbox"].is_object()) id = record["sandbox"].value("id", uint64_t{0});
   if (id && !record["sandbox"].contains("labels")) AddSandboxLabels(record, Sandbox(id));
   record["schema"] = kSchema;
-  if (record.value("type", "") == "dns") {
+  const std::string type = record.value("type", "");
+  if (type == "dns") Learn(record);
+  if (type == "sandbox" && record.value("event", "") == "removed") Forget(id);
+  if (type == "dns") {
     std::string rcode = "none";
     if (record.contains("dns") && record["dns"].is_object()) rcode = record["dns"].value("rcode_name", rcode);
     ++dns_queries_[{record.value("verdict", "unknown"), rcode}];
@@ -276,12 +379,32 @@ absl::Status Exporter::OnUserRecord(nlohmann::json record) {
 absl::Status Exporter::OnWindow(const maps::WindowCounts& w, uint64_t closed_boot_ns) {
   RefreshClock();
   const uint64_t now = Realtime(BootNowNs());
+  // Held back for their DNS records, which are read now (IngestPending ran
+  // before this): written with the names known, the ids found then.
+  std::vector<egr_event> deferred;
+  std::vector<NsIds> deferred_ns;
+  deferred.swap(deferred_);
+  deferred_ns.swap(deferred_ns_);
+  for (size_t i = 0; i < deferred.size(); ++i) {
+    const egr_event& e = deferred[i];
+    SandboxCache& sb = Cached(e.key.sandbox_id);
+    Enrichment x;
+    x.ns_pid = deferred_ns[i].pid;
+    x.ns_tid = deferred_ns[i].tid;
+    DestinationNames(sb, e.key, e.match_id, x.destination_names);
+    *sb.counted += 1;
+    ++occurrences_[{e.key.kind, e.key.action, e.key.reason}];
+    line_.clear();
+    AppendEventLine(line_, e, Realtime(e.boot_ns), sb.encoded, ++seq_, x);
+    EGR_RETURN_IF_ERROR(EmitLine(e.key.sandbox_id, false));
+  }
   for (const auto& [k, v] : w.folds) {
     SandboxCache& sb = Cached(k.sandbox_id);
     *sb.counted += v.count;
     occurrences_[{k.kind, k.action, k.reason}] += v.count;
+    const Enrichment x = Enrich(sb, k, v.task, v.flags, v.match_id, v.first_boot_ns);
     line_.clear();
-    AppendSummaryLine(line_, k, v, Realtime(v.first_boot_ns), now, sb.encoded, ++seq_);
+    AppendSummaryLine(line_, k, v, Realtime(v.first_boot_ns), now, sb.encoded, ++seq_, x);
     EGR_RETURN_IF_ERROR(EmitLine(k.sandbox_id, false));
   }
   for (size_t i = 0; i < w.loss_keys.size(); ++i) {
@@ -307,13 +430,49 @@ absl::Status Exporter::OnWindow(const maps::WindowCounts& w, uint64_t closed_boo
   }
   EGR_RETURN_IF_ERROR(Flush());
   EGR_RETURN_IF_ERROR(SaveState());
-  // A sandbox that had no record yet is looked up again.
-  for (auto it = sandboxes_.begin(); it != sandboxes_.end();) {
-    it = it->second.info ? std::next(it) : sandboxes_.erase(it);
-  }
+  // Records are compared with their files again (Refresh), task ids asked
+  // again, at their first use in the next window.
+  ++window_;
   last_sandbox_ = nullptr;
+  ns_pids_.NewWindow();
+  if (!options_.spool_dir.empty()) EGR_RETURN_IF_ERROR(RemoveGoneSpools());
   if (!options_.spool_dir.empty()) {
     EGR_RETURN_IF_ERROR(WriteFileAtomically(ProgressPath(paths_), absl::StrCat(closed_boot_ns, "\n")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Exporter::RemoveGoneSpools() {
+  if (!spools_scanned_) {
+    // What earlier holders spooled: "<id>.jsonl" and its rotations.
+    spools_scanned_ = true;
+    if (DIR* d = opendir(options_.spool_dir.c_str())) {
+      while (const dirent* e = readdir(d)) {
+        absl::string_view n = e->d_name;
+        const size_t dot = n.find(".jsonl");
+        uint64_t id;
+        if (dot == absl::string_view::npos || !absl::SimpleAtoi(n.substr(0, dot), &id) || id == 0) continue;
+        spool_written_.try_emplace(id, window_);
+      }
+      closedir(d);
+    }
+  }
+  for (auto it = spool_written_.begin(); it != spool_written_.end();) {
+    const uint64_t id = it->first;
+    // Written in the window just closed: what that window folded may still
+    // be on its way; and a sandbox with a record is not gone.
+    if (it->second + 2 > window_ || access(records_.PathOf(id).c_str(), F_OK) == 0) {
+      ++it;
+      continue;
+    }
+    EGR_ASSIGN_OR_RETURN(bool removed, RemoveSpool(SpoolPath(paths_, id), options_.spool_limits.files));
+    if (!removed) {
+      ++it;  // a reader has it open: again next window
+      continue;
+    }
+    spdlog::debug("audit: spool of removed sandbox {} removed", id);
+    spools_.erase(id);
+    it = spool_written_.erase(it);
   }
   return absl::OkStatus();
 }

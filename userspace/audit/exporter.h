@@ -10,15 +10,19 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <deque>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "maps/egressd_abi.h"
 #include "maps/event_ring.h"
+#include "userspace/audit/ns_pids.h"
 #include "userspace/audit/record.h"
 #include "userspace/audit/spool.h"
 #include "userspace/common/node.h"
@@ -97,7 +101,14 @@ class Exporter {
     std::optional<SandboxInfo> info;
     EncodedSandbox encoded;
     uint64_t* counted = nullptr;
+    // The record file as loaded (inode, mtime), and the window it was last
+    // compared in: a record rewritten (a policy flip, the pid namespace
+    // recorded) is read again at its sandbox's first line of a window.
+    uint64_t record_ino = 0;
+    int64_t record_mtime_ns = -1;
+    uint64_t checked_window = ~0ull;
   };
+  void Refresh(uint64_t id, SandboxCache& c, bool fresh);
   SandboxCache& Cached(uint64_t id);
   uint64_t Realtime(uint64_t boot_ns) const { return boot_ns + offset_ns_; }
   void RefreshClock();
@@ -113,6 +124,21 @@ class Exporter {
   };
 
   Paths paths_;
+  // What user space adds to a kernel record (record.h Enrichment).
+  Enrichment Enrich(const SandboxCache& sb, const egr_event_key& k, const egr_event_task& t, uint16_t flags,
+                    uint32_t match_id, uint64_t boot_ns);
+  // destination_names: the query names of the DNS records ingested that
+  // learned `k`'s address for this sandbox under the name id that allowed
+  // it, and an exact rule's own name.  false: none known yet for a wildcard
+  // rule (its DNS record may still be on its way).
+  bool DestinationNames(const SandboxCache& sb, const egr_event_key& k, uint32_t match_id,
+                        std::vector<std::string>& out) const;
+  void Learn(const nlohmann::json& dns_record);
+  void Forget(uint64_t sandbox_id);
+  absl::Status EmitEvent(const egr_event& e, bool may_defer);
+  // Spools of sandboxes that are gone (spool.h RemoveSpool): see OnWindow.
+  absl::Status RemoveGoneSpools();
+
   ExporterOptions options_;
   LineSink sink_;
   control::SandboxRecords records_;
@@ -130,6 +156,18 @@ class Exporter {
   uint64_t seq_ = 0;
   uint64_t offset_ns_ = 0;  // CLOCK_REALTIME - CLOCK_BOOTTIME
   nlohmann::json pending_ = nlohmann::json::object();
+  uint64_t window_ = 0;  // windows closed
+  NsPids ns_pids_;
+  // (sandbox, address) -> name id -> query names, from ingested DNS records;
+  // the oldest addresses forgotten beyond kMaxLearned.
+  std::map<std::pair<uint64_t, std::string>, std::map<uint32_t, std::set<std::string>>> learned_;
+  std::deque<std::pair<uint64_t, std::string>> learned_order_;
+  // Resolved-name records waiting for their DNS record until the window's end.
+  std::vector<egr_event> deferred_;
+  std::vector<NsIds> deferred_ns_;  // their ids, found when they came
+  // Sandbox spools: the window each was last written in.
+  std::map<uint64_t, uint64_t> spool_written_;
+  bool spools_scanned_ = false;
 };
 
 // What the instance's readers exported so far, as the state file keeps it

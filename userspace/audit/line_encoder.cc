@@ -120,7 +120,7 @@ void AppendL4(std::string& out, const egr_event_key& k) {
   Append(out, "},");
 }
 
-void AppendProcess(std::string& out, const egr_event_task& t, uint16_t flags) {
+void AppendProcess(std::string& out, const egr_event_task& t, uint16_t flags, const Enrichment& x) {
   const bool task = flags & EGR_EVENT_HAS_TASK, uid = flags & EGR_EVENT_HAS_UID;
   if (!task && !uid) return;
   Append(out, "\"process\":{");
@@ -130,6 +130,14 @@ void AppendProcess(std::string& out, const egr_event_task& t, uint16_t flags) {
     if (uid) {
       Append(out, ",\"gid\":");
       AppendU64(out, t.gid);
+    }
+    if (x.ns_pid) {
+      Append(out, ",\"ns_pid\":");
+      AppendU64(out, *x.ns_pid);
+    }
+    if (x.ns_tid) {
+      Append(out, ",\"ns_tid\":");
+      AppendU64(out, *x.ns_tid);
     }
     Append(out, ",\"pid\":");
     AppendU64(out, t.tgid);
@@ -146,9 +154,9 @@ void AppendProcess(std::string& out, const egr_event_task& t, uint16_t flags) {
 
 // What every kernel record has between "l4"/"match" and "seq", and after it.
 void AppendTail(std::string& out, const egr_event_key& k, const EncodedSandbox& sb, const egr_event_task& t,
-                uint16_t flags, uint64_t seq) {
+                uint16_t flags, uint64_t seq, const Enrichment& x) {
   Append(out, sb.pod);
-  AppendProcess(out, t, flags);
+  AppendProcess(out, t, flags, x);
   Append(out, "\"reason\":");
   Append(out, QuotedReason(k.kind, k.action, k.reason));
   out.push_back(',');
@@ -165,6 +173,16 @@ void AppendKindAndVerdict(std::string& out, const egr_event_key& k) {
   Append(out, "\",\"verdict\":\"");
   out.append(VerdictName(k.action));
   Append(out, "\"}");
+}
+
+void AppendNames(std::string& out, const Enrichment& x) {
+  if (x.destination_names.empty()) return;
+  Append(out, "\"destination_names\":[");
+  for (size_t i = 0; i < x.destination_names.size(); ++i) {
+    if (i) out.push_back(',');
+    AppendJsonString(out, x.destination_names[i]);
+  }
+  Append(out, "],");
 }
 
 // As record.cc's PutMatch: {"cidr":...,"name_id":...}, keys in order.
@@ -281,7 +299,7 @@ EncodedSandbox EncodeSandbox(uint64_t sandbox_id, const std::optional<SandboxInf
 }
 
 void AppendEventLine(std::string& out, const egr_event& e, uint64_t realtime_ns, const EncodedSandbox& sb,
-                     uint64_t seq) {
+                     uint64_t seq, const Enrichment& x) {
   const egr_event_key& k = e.key;
   out.push_back('{');
   if (k.family != 0) AppendIp(out, k);
@@ -289,7 +307,9 @@ void AppendEventLine(std::string& out, const egr_event& e, uint64_t realtime_ns,
   out.append(ActionName(k.action));
   Append(out, "\",\"cgroup_id\":");
   AppendU64(out, e.task.cgroup_id);
-  Append(out, ",\"count\":1,\"kernel\":{\"boot_ns\":");
+  Append(out, ",\"count\":1,");
+  AppendNames(out, x);
+  Append(out, "\"kernel\":{\"boot_ns\":");
   AppendU64(out, e.boot_ns);
   Append(out, ",\"cpu\":");
   AppendU64(out, e.cpu);
@@ -298,7 +318,7 @@ void AppendEventLine(std::string& out, const egr_event& e, uint64_t realtime_ns,
   Append(out, "},");
   if (k.family != 0) AppendL4(out, k);
   AppendMatch(out, k, e.match_plen, e.match_flags, e.match_id, sb);
-  AppendTail(out, k, sb, e.task, e.flags, seq);
+  AppendTail(out, k, sb, e.task, e.flags, seq, x);
   Append(out, sb.task);
   Append(out, "\"time\":");
   AppendTime(out, realtime_ns);
@@ -308,7 +328,7 @@ void AppendEventLine(std::string& out, const egr_event& e, uint64_t realtime_ns,
 
 void AppendSummaryLine(std::string& out, const egr_event_key& k, const egr_fold_val& v,
                        uint64_t first_realtime_ns, uint64_t now_realtime_ns, const EncodedSandbox& sb,
-                       uint64_t seq) {
+                       uint64_t seq, const Enrichment& x) {
   out.push_back('{');
   if (k.family != 0) AppendIp(out, k);
   Append(out, "\"action\":\"");
@@ -317,12 +337,14 @@ void AppendSummaryLine(std::string& out, const egr_event_key& k, const egr_fold_
   AppendU64(out, v.task.cgroup_id);
   Append(out, ",\"count\":");
   AppendU64(out, v.count);
-  Append(out, ",\"first_time\":");
+  out.push_back(',');
+  AppendNames(out, x);
+  Append(out, "\"first_time\":");
   AppendTime(out, first_realtime_ns);
   out.push_back(',');
   if (k.family != 0) AppendL4(out, k);
   AppendMatch(out, k, v.match_plen, v.match_flags, v.match_id, sb);
-  AppendTail(out, k, sb, v.task, v.flags, seq);
+  AppendTail(out, k, sb, v.task, v.flags, seq, x);
   Append(out, "\"summary\":true,");
   Append(out, sb.task);
   Append(out, "\"time\":");

@@ -70,6 +70,10 @@ void PutSandbox(nlohmann::json& j, uint64_t sandbox_id, const std::optional<Sand
   }
 }
 
+void PutNames(nlohmann::json& j, const Enrichment& x) {
+  if (!x.destination_names.empty()) j["destination_names"] = x.destination_names;
+}
+
 void PutFlow(nlohmann::json& j, const egr_event_key& k) {
   j["type"] = KindName(k.kind);
   j["verdict"] = VerdictName(k.action);
@@ -91,11 +95,13 @@ void PutFlow(nlohmann::json& j, const egr_event_key& k) {
   }
 }
 
-void PutTask(nlohmann::json& j, const egr_event_task& t, uint16_t flags) {
+void PutTask(nlohmann::json& j, const egr_event_task& t, uint16_t flags, const Enrichment& x) {
   j["cgroup_id"] = t.cgroup_id;
   if (flags & EGR_EVENT_HAS_TASK) {
     j["process"]["pid"] = t.tgid;
     j["process"]["tid"] = t.pid;
+    if (x.ns_pid) j["process"]["ns_pid"] = *x.ns_pid;
+    if (x.ns_tid) j["process"]["ns_tid"] = *x.ns_tid;
     j["process"]["binary"] = std::string(t.comm, strnlen(t.comm, sizeof(t.comm)));
   }
   if (flags & EGR_EVENT_HAS_UID) {
@@ -189,21 +195,23 @@ std::string FormatTime(uint64_t realtime_ns) {
 }
 
 nlohmann::json EventJson(const egr_event& e, uint64_t realtime_ns,
-                         const std::optional<SandboxInfo>& sandbox) {
+                         const std::optional<SandboxInfo>& sandbox, const Enrichment& x) {
   nlohmann::json j;
   j["schema"] = kSchema;
   j["time"] = FormatTime(realtime_ns);
   PutFlow(j, e.key);
   j["count"] = 1;
   PutSandbox(j, e.key.sandbox_id, sandbox);
-  PutTask(j, e.task, e.flags);
+  PutTask(j, e.task, e.flags, x);
   PutMatch(j, e.key, e.match_plen, e.match_flags, e.match_id, sandbox);
+  PutNames(j, x);
   j["kernel"] = {{"cpu", e.cpu}, {"seq", e.seq}, {"boot_ns", e.boot_ns}};
   return j;
 }
 
 nlohmann::json SummaryJson(const egr_event_key& k, const egr_fold_val& v, uint64_t first_realtime_ns,
-                           uint64_t now_realtime_ns, const std::optional<SandboxInfo>& sandbox) {
+                           uint64_t now_realtime_ns, const std::optional<SandboxInfo>& sandbox,
+                           const Enrichment& x) {
   nlohmann::json j;
   j["schema"] = kSchema;
   j["time"] = FormatTime(now_realtime_ns);
@@ -212,8 +220,9 @@ nlohmann::json SummaryJson(const egr_event_key& k, const egr_fold_val& v, uint64
   j["count"] = v.count;
   j["first_time"] = FormatTime(first_realtime_ns);
   PutSandbox(j, k.sandbox_id, sandbox);
-  PutTask(j, v.task, v.flags);
+  PutTask(j, v.task, v.flags, x);
   PutMatch(j, k, v.match_plen, v.match_flags, v.match_id, sandbox);
+  PutNames(j, x);
   return j;
 }
 

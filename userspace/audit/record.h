@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,9 +27,21 @@ struct SandboxInfo {
   // rule: "api.example.com", "*.example.net"), so a resolved-name record says
   // which rule put its address in the map (`match.name`).
   std::map<uint32_t, std::string> names;
+  // The sandbox's own pid namespace (SandboxRecord::pidns_*); 0: not known.
+  uint64_t pidns_dev = 0, pidns_inode = 0;
 };
 // The rules of a compiled policy by their ids.
 std::map<uint32_t, std::string> NameRulesById(const policy::CompiledPolicy& policy);
+
+// What user space adds to a kernel record when it encodes it (exporter.cc):
+// the ids in the sandbox's own pid namespace (`process.ns_pid`, `ns_tid`;
+// ns_pids.h), only on a record that has a task, and the names its
+// destination was learned for (`destination_names`, Hubble's field; a
+// resolved-name record).  Absent when not known, never zero.
+struct Enrichment {
+  std::optional<uint32_t> ns_pid, ns_tid;
+  std::vector<std::string> destination_names;  // sorted, no duplicates
+};
 
 // "allowed-cidr", "default-deny", "backstop:protected", ...
 std::string ReasonName(uint8_t kind, uint8_t action, uint8_t reason);
@@ -41,10 +54,11 @@ std::string FormatTime(uint64_t realtime_ns);
 
 // A record off the ring (count 1).  realtime_ns: its time on the wall clock.
 nlohmann::json EventJson(const egr_event& e, uint64_t realtime_ns,
-                         const std::optional<SandboxInfo>& sandbox);
+                         const std::optional<SandboxInfo>& sandbox, const Enrichment& x = {});
 // `count` more occurrences of `k` folded in the kernel during one window.
 nlohmann::json SummaryJson(const egr_event_key& k, const egr_fold_val& v, uint64_t first_realtime_ns,
-                           uint64_t now_realtime_ns, const std::optional<SandboxInfo>& sandbox);
+                           uint64_t now_realtime_ns, const std::optional<SandboxInfo>& sandbox,
+                           const Enrichment& x = {});
 // `lost` occurrences of a sandbox neither recorded nor folded; sandbox_id 0:
 // no sandbox could be named (its loss counter could not be kept either).
 nlohmann::json LossJson(uint64_t sandbox_id, uint64_t lost, uint64_t now_realtime_ns,
@@ -78,10 +92,10 @@ struct EncodedSandbox {
 };
 EncodedSandbox EncodeSandbox(uint64_t sandbox_id, const std::optional<SandboxInfo>& sandbox);
 void AppendEventLine(std::string& out, const egr_event& e, uint64_t realtime_ns, const EncodedSandbox& sandbox,
-                     uint64_t seq);
+                     uint64_t seq, const Enrichment& x = {});
 void AppendSummaryLine(std::string& out, const egr_event_key& k, const egr_fold_val& v,
                        uint64_t first_realtime_ns, uint64_t now_realtime_ns, const EncodedSandbox& sandbox,
-                       uint64_t seq);
+                       uint64_t seq, const Enrichment& x = {});
 // `s` as a JSON string (quoted), escaped as nlohmann's dump() escapes it.
 void AppendJsonString(std::string& out, std::string_view s);
 

@@ -39,6 +39,47 @@ std::string Numbered(const std::string& path, size_t i) { return i ? absl::StrCa
 
 }  // namespace
 
+std::string ReadersLockPath(const std::string& spool_path) { return spool_path + ".readers"; }
+
+absl::StatusOr<bool> RemoveSpool(const std::string& path, size_t files) {
+  const std::string lock = ReadersLockPath(path);
+  int fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", lock));
+  UniqueFd f(fd);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) return false;  // a reader has it
+    return ErrnoStatus(errno, absl::StrCat("flock ", lock));
+  }
+  // No rotation half done while the chain goes.
+  EGR_ASSIGN_OR_RETURN(RotateLock rotating, RotateLock::Take(path, LOCK_EX));
+  for (size_t i = files < 2 ? 2 : files; i-- > 0;) {
+    if (unlink(Numbered(path, i).c_str()) != 0 && errno != ENOENT)
+      return ErrnoStatus(errno, absl::StrCat("remove ", Numbered(path, i)));
+  }
+  // A tail waiting for this lock finds it unlinked once it gets it, and
+  // takes the new one (HoldReadersLock).
+  if (unlink(lock.c_str()) != 0 && errno != ENOENT) return ErrnoStatus(errno, absl::StrCat("remove ", lock));
+  return true;
+}
+
+absl::Status SpoolTail::HoldReadersLock() {
+  const std::string lock = ReadersLockPath(path_);
+  for (;;) {
+    int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", lock));
+    UniqueFd f(fd);
+    while (flock(fd, LOCK_SH) != 0) {
+      if (errno != EINTR) return ErrnoStatus(errno, absl::StrCat("flock ", lock));
+    }
+    struct stat held, now;
+    if (fstat(fd, &held) != 0) return ErrnoStatus(errno, absl::StrCat("stat ", lock));
+    if (stat(lock.c_str(), &now) == 0 && now.st_ino == held.st_ino && now.st_dev == held.st_dev) {
+      readers_lock_ = std::move(f);
+      return absl::OkStatus();
+    }
+  }
+}
+
 std::string RotateLockPath(const std::string& spool_path) {
   const size_t slash = spool_path.rfind('/');
   return (slash == std::string::npos ? std::string(".") : spool_path.substr(0, slash)) + "/rotate.lock";
@@ -83,6 +124,7 @@ absl::Status SpoolWriter::Append(std::string_view lines) {
 }
 
 absl::Status SpoolTail::Open(bool from_end) {
+  if (readers_lock_.get() < 0) EGR_RETURN_IF_ERROR(HoldReadersLock());
   if (fd_.get() >= 0) return absl::OkStatus();
   int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {

@@ -51,6 +51,8 @@ class SpoolWriter {
 };
 
 // Whole lines of a growing, rotating spool; keeps a partial last line.
+// From its first Open() on, a tail holds a shared flock of <path>.readers:
+// a spool is removed only when no tail holds it (RemoveSpool).
 class SpoolTail {
  public:
   using LineFn = std::function<void(const std::string& line)>;
@@ -64,6 +66,7 @@ class SpoolTail {
 
  private:
   absl::Status Drain(const LineFn& out);
+  absl::Status HoldReadersLock();
   // When our file is no longer FILE: the rest of it, then the file after it
   // is opened.  false: ours is still FILE (or the spool is gone).
   absl::StatusOr<bool> Advance(const LineFn& out);
@@ -71,9 +74,17 @@ class SpoolTail {
   UniqueFd fd_;
   std::string partial_;
   uint64_t overrun_ = 0;
+  UniqueFd readers_lock_;
 };
 
 // <dir of path>/rotate.lock, shared by a spool directory's files.
 std::string RotateLockPath(const std::string& spool_path);
+// <path>.readers: every SpoolTail of the spool holds it shared.
+std::string ReadersLockPath(const std::string& spool_path);
+
+// Removes FILE, FILE.1 ... FILE.<files-1> and its readers lock, unless a
+// tail holds the lock: false then (nothing removed; try again later).  A
+// tail that opens the spool afterwards finds none (not written yet).
+absl::StatusOr<bool> RemoveSpool(const std::string& path, size_t files);
 
 }  // namespace egressd::audit

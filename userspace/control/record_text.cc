@@ -121,7 +121,8 @@ std::string ToJsonText(const SandboxRecord& r) {
   AppendString(out, r.cgroup_path);
   out += ",\"labels\":";
   AppendLabels(out, r.labels);
-  absl::StrAppend(&out, ",\"netns_cookie\":", r.netns_cookie, ",\"netns_inode\":", r.netns_inode, ",\"current\":");
+  absl::StrAppend(&out, ",\"netns_cookie\":", r.netns_cookie, ",\"netns_inode\":", r.netns_inode,
+                  ",\"pidns_dev\":", r.pidns_dev, ",\"pidns_inode\":", r.pidns_inode, ",\"current\":");
   AppendRef(out, r.current);
   out += "},\"previous\":";
   if (r.previous) {
@@ -236,6 +237,10 @@ class RecordSax : public nlohmann::json_sax<Json> {
       r_.netns_cookie = v;
     } else if (Is({"netns_inode"})) {
       r_.netns_inode = v;
+    } else if (Is({"pidns_dev"})) {
+      r_.pidns_dev = v;
+    } else if (Is({"pidns_inode"})) {
+      r_.pidns_inode = v;
     } else if (Is({"dns", "port"}) && r_.dns) {
       if (v == 0 || v > 65535) return Fail(absl::StrCat("dns.port ", v, " out of range"));
       r_.dns->port = static_cast<uint16_t>(v);

@@ -138,6 +138,8 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
                          .labels = sandbox.labels,
                          .netns_cookie = sandbox.netns_cookie,
                          .netns_inode = sandbox.netns_inode,
+                         .pidns_dev = old_record ? old_record->pidns_dev : 0,
+                         .pidns_inode = old_record ? old_record->pidns_inode : 0,
                          .current = {id, p},
                          .dns = endpoint};
     const policy::CompiledPolicy* old_policy = flip ? KnownPolicy(old_record, old->policy_id) : nullptr;
@@ -216,6 +218,17 @@ absl::Status Registry::Contain(uint64_t cgroup_id) {
     EGR_RETURN_IF_ERROR(env.dns.Remove(cgroup_id));
     return env.records.Remove(cgroup_id);
   });
+}
+
+absl::Status Registry::SetPidNamespace(uint64_t cgroup_id, uint64_t dev, uint64_t inode) {
+  // Only the record changes: nothing the kernel enforces.
+  EGR_ASSIGN_OR_RETURN(auto lock, InstanceLock::Acquire(paths_));
+  SandboxRecords records(paths_);
+  EGR_ASSIGN_OR_RETURN(std::optional<SandboxRecord> record, records.Load(cgroup_id));
+  if (!record) return absl::NotFoundError(absl::StrCat("sandbox ", cgroup_id, " has no record"));
+  record->pidns_dev = dev;
+  record->pidns_inode = inode;
+  return records.Write(*record);
 }
 
 absl::StatusOr<std::vector<maps::CgroupEntry>> Registry::List() const {

@@ -67,6 +67,10 @@ class Registry {
     return Register(SandboxSpec{.cgroup_id = cgroup_id}, p);
   }
   absl::Status Unregister(uint64_t cgroup_id);
+  // Records the sandbox's own pid namespace (SandboxRecord::pidns_*) once it
+  // exists (egressctl run makes it after registering); a registration again
+  // keeps it.  NotFound when the sandbox has no record.
+  absl::Status SetPidNamespace(uint64_t cgroup_id, uint64_t dev, uint64_t inode);
   absl::Status Contain(uint64_t cgroup_id);
   absl::StatusOr<std::vector<maps::CgroupEntry>> List() const;
 

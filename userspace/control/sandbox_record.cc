@@ -198,6 +198,8 @@ json ToJson(const SandboxRecord& r) {
   j["labels"] = r.labels;
   j["netns_cookie"] = r.netns_cookie;
   j["netns_inode"] = r.netns_inode;
+  j["pidns_dev"] = r.pidns_dev;
+  j["pidns_inode"] = r.pidns_inode;
   j["current"] = RefToJson(r.current);
   j["previous"] = r.previous ? RefToJson(*r.previous) : json(nullptr);
   if (r.previous) j["previous"]["labels"] = r.previous_labels;
@@ -226,6 +228,8 @@ absl::StatusOr<SandboxRecord> SandboxRecordFromJson(const json& j) {
   }
   r.netns_cookie = j.value("netns_cookie", uint64_t{0});
   r.netns_inode = j.value("netns_inode", uint64_t{0});
+  r.pidns_dev = j.value("pidns_dev", uint64_t{0});
+  r.pidns_inode = j.value("pidns_inode", uint64_t{0});
   if (!j.contains("current")) return Bad("record: no current policy");
   EGR_ASSIGN_OR_RETURN(r.current, RefFromJson(j["current"]));
   if (j.contains("previous") && !j["previous"].is_null()) {

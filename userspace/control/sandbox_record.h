@@ -52,6 +52,10 @@ struct SandboxRecord {
   Labels labels;
   uint64_t netns_cookie = 0;  // 0: not known
   uint64_t netns_inode = 0;   // 0: not known
+  // The sandbox's own pid namespace (nsfs st_dev, st_ino of /proc/PID/ns/pid),
+  // where egressctl knows it (`run` makes one); 0: not known.  The audit
+  // trail names a process's ids in it (userspace/audit/ns_pids.h).
+  uint64_t pidns_dev = 0, pidns_inode = 0;
   // What the sandbox is (about to be) judged by.
   PolicyRef current;
   // During a flip, the policy the sandbox was judged by before: until the

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "userspace/common/errors.h"
 #include "userspace/sandbox/no_lsm_fallback.h"
 
@@ -206,9 +207,16 @@ void MapUserNamespace(pid_t cmd, const MapHandshake& h) {
   }
 }
 
+// The pipes of RunIsolated's PID namespace handshake: the child says the
+// namespace exists, the parent says it has seen it.
+struct PidnsHandshake {
+  int made[2] = {-1, -1};
+  int seen[2] = {-1, -1};
+};
+
 // Joins the sandbox cgroup, then unshares so the cgroup namespace is rooted
 // there and the next child is PID 1 of a new PID namespace.
-[[noreturn]] void EnterSandbox(const IsolationSpec& spec) {
+[[noreturn]] void EnterSandbox(const IsolationSpec& spec, const PidnsHandshake& hs) {
   // The parent deferred signals across registration; the sandbox's own
   // processes take them as usual (each forwards to the next one down).
   UnblockForwardedSignals();
@@ -217,6 +225,17 @@ void MapUserNamespace(pid_t cmd, const MapHandshake& h) {
   if (fd < 0 || write(fd, "0", 1) != 1) Fail(("join " + procs).c_str());
   close(fd);
   if (unshare(CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWPID) != 0) Fail("unshare");
+  if (hs.made[1] >= 0) {
+    close(hs.made[0]);
+    close(hs.seen[1]);
+    char c = 'p';
+    if (write(hs.made[1], &c, 1) != 1) Fail("pid namespace handshake");
+    close(hs.made[1]);
+    // EOF too (the parent died or failed to look): go on either way.
+    while (read(hs.seen[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    close(hs.seen[0]);
+  }
   pid_t init = fork();
   if (init < 0) Fail("fork sandbox init");
   if (init == 0) SandboxInit(spec);
@@ -246,9 +265,25 @@ DeferSignals::~DeferSignals() { sigprocmask(SIG_SETMASK, &old_, nullptr); }
 absl::StatusOr<int> RunIsolated(const IsolationSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("no command to run");
   std::fflush(nullptr);
+  PidnsHandshake hs;
+  if (spec.on_pid_namespace && (pipe2(hs.made, O_CLOEXEC) != 0 || pipe2(hs.seen, O_CLOEXEC) != 0)) {
+    return ErrnoStatus(errno, "pipe");
+  }
   pid_t child = fork();
   if (child < 0) return ErrnoStatus(errno, "fork");
-  if (child == 0) EnterSandbox(spec);
+  if (child == 0) EnterSandbox(spec, hs);
+  if (hs.made[0] >= 0) {
+    close(hs.made[1]);
+    close(hs.seen[0]);
+    char c;
+    ssize_t n;
+    while ((n = read(hs.made[0], &c, 1)) < 0 && errno == EINTR) {
+    }
+    // n == 0: the child failed before unsharing (it reports why).
+    if (n == 1) spec.on_pid_namespace(absl::StrCat("/proc/", child, "/ns/pid_for_children"));
+    close(hs.made[0]);
+    close(hs.seen[1]);  // the child goes on
+  }
   ForwardSignalsTo(child);
   // Anything that arrived while deferred is delivered now, to the command.
   UnblockForwardedSignals();

@@ -21,6 +21,7 @@
 
 #include <signal.h>
 
+#include <functional>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -49,6 +50,11 @@ struct IsolationSpec {
   // CAP_NET_RAW unless kHostRoot (whose raw IP sockets the skb backstop
   // judges; its packet sockets the filter refuses).
   bool no_lsm_fallback = false;
+  // Called in the caller's process once the sandbox's PID namespace exists
+  // and before anything runs in it, with /proc/PID/ns/pid_for_children of
+  // the process that made it: the audit trail records the namespace (a
+  // failure is the callee's to report; the command runs either way).
+  std::function<void(const std::string& pidns_path)> on_pid_namespace;
 };
 
 // Keeps SIGINT, SIGTERM, SIGHUP and SIGQUIT pending from before a sandbox is
