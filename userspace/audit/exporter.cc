@@ -452,7 +452,9 @@ absl::Status Exporter::RemoveGoneSpools() {
         const size_t dot = n.find(".jsonl");
         uint64_t id;
         if (dot == absl::string_view::npos || !absl::SimpleAtoi(n.substr(0, dot), &id) || id == 0) continue;
-        spool_written_.try_emplace(id, window_);
+        // As if written in the window before this holder's first: removed
+        // (when gone) at the end of its second.
+        spool_written_.try_emplace(id, window_ - 1);
       }
       closedir(d);
     }
