@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,75 @@ TEST_F(UserEvents, AFullQueueIsCountedPerSandboxAndReported) {
   EXPECT_EQ(lines[2] + lost[2], static_cast<uint64_t>(n));
   EXPECT_GT(lost[1] + lost[2], 0u) << "a queue of 4 per sandbox never overflowed";
   EXPECT_EQ((*w)->lost(), lost[1] + lost[2]);
+}
+
+size_t DirBytes(const std::string& dir) {
+  size_t sum = 0;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      struct stat st;
+      if (std::string(e->d_name).find(".jsonl") != std::string::npos &&
+          stat((dir + "/" + e->d_name).c_str(), &st) == 0) {
+        sum += st.st_size;
+      }
+    }
+    closedir(d);
+  }
+  return sum;
+}
+
+// No reader comes: the pending files stay within their bound (one writer:
+// max_pending_bytes plus one recount), what did not fit is counted, and the
+// next holder reports it as loss records; lines + lost = what was submitted.
+TEST_F(UserEvents, PendingFilesAreBoundedAndWhatDidNotFitIsReported) {
+  UserEventOptions o;
+  o.max_pending_bytes = 8192;
+  o.recount_bytes = 512;
+  o.max_file_bytes = 2048;
+  constexpr int kSubmitted = 2000;
+  {
+    auto w = UserEventWriter::Open(paths_, "test", o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (int i = 0; i < kSubmitted; ++i) {
+      (*w)->Submit(Rec(5 + i % 2, i), 5 + i % 2);
+      if (i % 100 == 99) (*w)->Flush();  // the queue never fills: only the bound refuses
+    }
+    (*w)->Flush();
+    EXPECT_GT((*w)->lost(), 0u);
+    EXPECT_EQ((*w)->written() + (*w)->lost(), static_cast<uint64_t>(kSubmitted));
+    EXPECT_LE(DirBytes(PendingDir(paths_)), o.max_pending_bytes + o.recount_bytes);
+    EXPECT_GT(PendingFiles(), 1u) << "the writer went on in new files at max_file_bytes";
+  }
+  EXPECT_LE(DirBytes(PendingDir(paths_)), o.max_pending_bytes + o.recount_bytes);
+  auto x = Make();
+  Window(*x);
+  uint64_t lines = 0, lost = 0;
+  std::map<uint64_t, uint64_t> lost_by;
+  for (const auto& r : records_) {
+    if (r["type"] == "loss") {
+      lost += r["lost"].get<uint64_t>();
+      lost_by[r["sandbox"]["id"].get<uint64_t>()] += r["lost"].get<uint64_t>();
+      EXPECT_EQ(r["source"], "test");
+    } else {
+      ++lines;
+    }
+  }
+  EXPECT_EQ(lines + lost, static_cast<uint64_t>(kSubmitted));
+  EXPECT_GT(lost_by[5], 0u);
+  EXPECT_GT(lost_by[6], 0u);
+  EXPECT_EQ(PendingFiles(), 0u) << "read and removed";
+  // Reported once: the next window reports nothing again, and there is
+  // room again for a new writer.
+  records_.clear();
+  auto w = UserEventWriter::Open(paths_, "test", o);
+  ASSERT_TRUE(w.ok());
+  (*w)->Submit(Rec(5, 0), 5);
+  (*w)->Flush();
+  EXPECT_EQ((*w)->lost(), 0u);
+  w->reset();
+  Window(*x);
+  ASSERT_EQ(records_.size(), 1u);
+  EXPECT_NE(records_[0]["type"], "loss");
 }
 
 TEST_F(UserEvents, ADeadWritersHalfLineIsALoss) {

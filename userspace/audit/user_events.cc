@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "userspace/audit/exporter.h"
 #include "userspace/audit/reader_lock.h"
@@ -50,26 +51,81 @@ nlohmann::json ChannelLoss(const std::string& source, uint64_t sandbox_id, uint6
 }  // namespace
 
 std::string PendingDir(const Paths& paths) { return AuditDir(paths) + "/pending"; }
+std::string OverflowPath(const Paths& paths) { return PendingDir(paths) + "/overflow.json"; }
+
+namespace {
+
+// The pending files' sizes, summed.
+size_t PendingBytes(const std::string& dir) {
+  size_t sum = 0;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return 0;
+  while (const dirent* e = readdir(d)) {
+    if (!absl::EndsWith(e->d_name, kSuffix)) continue;
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, 0) == 0) sum += static_cast<size_t>(st.st_size);
+  }
+  closedir(d);
+  return sum;
+}
+
+// A new pending file of this process, locked before it has its name.
+absl::StatusOr<UniqueFd> NewPendingFile(const std::string& dir, std::string& path) {
+  uint32_t nonce = 0;
+  (void)getrandom(&nonce, sizeof(nonce), 0);
+  const std::string name = absl::StrCat(getpid(), "-", nonce);
+  const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
+  path = absl::StrCat(dir, "/", name, kSuffix);
+  int fd = open(tmp.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create ", tmp));
+  UniqueFd f(fd);
+  // Locked before it has its name: the holder never sees the file of a live
+  // writer unlocked (that is how it knows a writer is gone).
+  if (flock(fd, LOCK_EX) != 0) return ErrnoStatus(errno, absl::StrCat("flock ", tmp));
+  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus(errno, absl::StrCat("rename to ", path));
+  return f;
+}
+
+// overflow.json under its own flock: read, changed by `fn`, written back.
+template <typename Fn>
+absl::Status WithOverflow(const std::string& path, Fn fn) {
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
+  UniqueFd f(fd);
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) return ErrnoStatus(errno, absl::StrCat("flock ", path));
+  }
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = pread(fd, buf, sizeof(buf), static_cast<off_t>(text.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, absl::StrCat("read ", path));
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) j = nlohmann::json::object();
+  EGR_RETURN_IF_ERROR(fn(j));
+  const std::string out = j.dump() + "\n";
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, out.data(), out.size(), 0) != static_cast<ssize_t>(out.size()))
+    return ErrnoStatus(errno, absl::StrCat("write ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<UserEventWriter>> UserEventWriter::Open(const Paths& paths, std::string source,
                                                                        UserEventOptions options) {
   const std::string dir = PendingDir(paths);
   EGR_RETURN_IF_ERROR(MakeDirs(dir, 0700));
-  uint32_t nonce = 0;
-  (void)getrandom(&nonce, sizeof(nonce), 0);
-  const std::string name = absl::StrCat(getpid(), "-", nonce);
-  const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
   std::unique_ptr<UserEventWriter> w(new UserEventWriter());
   w->source_ = std::move(source);
   w->options_ = options;
-  w->path_ = absl::StrCat(dir, "/", name, kSuffix);
-  int fd = open(tmp.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create ", tmp));
-  w->fd_.reset(fd);
-  // Locked before it has its name: the holder never sees the file of a live
-  // writer unlocked (that is how it knows a writer is gone).
-  if (flock(fd, LOCK_EX) != 0) return ErrnoStatus(errno, absl::StrCat("flock ", tmp));
-  if (rename(tmp.c_str(), w->path_.c_str()) != 0) return ErrnoStatus(errno, absl::StrCat("rename to ", w->path_));
+  w->dir_ = dir;
+  w->overflow_path_ = OverflowPath(paths);
+  EGR_ASSIGN_OR_RETURN(w->fd_, NewPendingFile(dir, w->path_));
+  w->pending_bytes_ = PendingBytes(dir);
   w->thread_ = std::thread([raw = w.get()] { raw->Loop(); });
   return w;
 }
@@ -81,6 +137,10 @@ UserEventWriter::~UserEventWriter() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // A file nothing was written to holds nothing to read: not left for a
+  // holder that may never come.
+  struct stat st;
+  if (fd_.get() >= 0 && fstat(fd_.get(), &st) == 0 && st.st_size == 0) unlink(path_.c_str());
   if (lost_) spdlog::warn("audit: {} of {}'s records lost (queue full or write failed), each counted in a loss record", lost_, source_);
 }
 
@@ -129,6 +189,61 @@ uint64_t UserEventWriter::lost() const {
   return lost_;
 }
 
+bool UserEventWriter::Fits(size_t bytes) {
+  if (since_count_ >= options_.recount_bytes || pending_bytes_ + bytes > options_.max_pending_bytes) {
+    pending_bytes_ = PendingBytes(dir_);
+    since_count_ = 0;
+  }
+  return pending_bytes_ + bytes <= options_.max_pending_bytes;
+}
+
+absl::Status UserEventWriter::NextFile() {
+  std::string path;
+  EGR_ASSIGN_OR_RETURN(UniqueFd fd, NewPendingFile(dir_, path));
+  // The old one is released (unlocked) only now: the holder reads it to its
+  // end and removes it.
+  fd_ = std::move(fd);
+  path_ = std::move(path);
+  file_bytes_ = 0;
+  return absl::OkStatus();
+}
+
+UserEventWriter::Wrote UserEventWriter::Write(const std::string& line) {
+  const size_t bytes = line.size() + 1;
+  if (!Fits(bytes)) return Wrote::kNoRoom;
+  if (file_bytes_ > 0 && file_bytes_ + bytes > options_.max_file_bytes) {
+    if (absl::Status s = NextFile(); !s.ok()) {
+      spdlog::warn("audit: {}: {}", source_, s.ToString());
+      return Wrote::kFailed;
+    }
+  }
+  if (!WriteLine(line)) return Wrote::kFailed;
+  file_bytes_ += bytes;
+  pending_bytes_ += bytes;
+  since_count_ += bytes;
+  return Wrote::kYes;
+}
+
+// What found no room, into overflow.json (one locked read-modify-write per
+// writer pass that had any).
+bool UserEventWriter::ReportOverflow() {
+  absl::Status s = WithOverflow(overflow_path_, [&](nlohmann::json& j) -> absl::Status {
+    nlohmann::json& mine = j[source_];
+    if (!mine.is_object()) mine = nlohmann::json::object();
+    for (const auto& [id, n] : overflow_) {
+      const std::string key = std::to_string(id);
+      mine[key] = mine.value(key, uint64_t{0}) + n;
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) {
+    spdlog::warn("audit: {}: {}", source_, s.ToString());
+    return false;
+  }
+  overflow_.clear();
+  return true;
+}
+
 bool UserEventWriter::WriteLine(const std::string& line) {
   const std::string text = line + "\n";
   // One write() of a whole line on an O_APPEND file: the holder reads whole
@@ -169,11 +284,14 @@ void UserEventWriter::Loop() {
       Item item = std::move(queue_.front());
       queue_.pop_front();
       l.unlock();
-      const bool ok = WriteLine(item.line);
+      const Wrote w = Write(item.line);
       l.lock();
       if (--queued_[item.sandbox_id] == 0) queued_.erase(item.sandbox_id);
-      if (ok) {
+      if (w == Wrote::kYes) {
         ++written_;
+      } else if (w == Wrote::kNoRoom) {
+        ++lost_;
+        ++overflow_[item.sandbox_id];
       } else {
         ++lost_;
         ++unreported_[item.sandbox_id];
@@ -188,21 +306,30 @@ void UserEventWriter::Loop() {
       const uint64_t reported = it->second;
       const std::string line = Dump(ChannelLoss(source_, it->first, reported, "queue full or write failed"));
       l.unlock();
-      const bool ok = WriteLine(line);
+      const Wrote w = Write(line);
       l.lock();
-      if (!ok) {
+      if (w == Wrote::kFailed) {
         report_failed = true;
         break;
       }
+      // No room for the loss record either: the count goes to overflow.json.
+      if (w == Wrote::kNoRoom) overflow_[it->first] += reported;
       it->second -= reported;
       it = it->second == 0 ? unreported_.erase(it) : std::next(it);
+    }
+    if (!overflow_.empty()) {
+      l.unlock();
+      const bool ok = ReportOverflow();
+      l.lock();
+      if (!ok) report_failed = true;
     }
     ++passes_;
     drained_.notify_all();
     if (stop_ && queue_.empty()) {
-      if (!unreported_.empty()) {
+      if (!unreported_.empty() || !overflow_.empty()) {
         uint64_t n = 0;
         for (const auto& [id, c] : unreported_) n += c;
+        for (const auto& [id, c] : overflow_) n += c;
         spdlog::error("audit: {} of {}'s records lost and not reported in the stream: {} unwritable", n, source_,
                       path_);
       }
@@ -317,6 +444,25 @@ absl::Status IngestPending(const Paths& paths, Exporter& exporter, const std::fu
       ready.push_back(Pending{std::move(time), std::move(loss)});
     }
     done.push_back(Done{name, path, offset + start, writer_gone});
+  }
+  // What writers found no room for (overflow.json): one loss record per
+  // source and sandbox, and the file emptied, under its lock.
+  if (access(OverflowPath(paths).c_str(), F_OK) == 0) {
+    EGR_RETURN_IF_ERROR(WithOverflow(OverflowPath(paths), [&](nlohmann::json& j) -> absl::Status {
+      for (const auto& [source, per] : j.items()) {
+        if (!per.is_object()) continue;
+        for (const auto& [id, n] : per.items()) {
+          uint64_t sandbox = 0;
+          if (!n.is_number_unsigned() || n.get<uint64_t>() == 0) continue;
+          (void)absl::SimpleAtoi(id, &sandbox);
+          nlohmann::json loss = ChannelLoss(source, sandbox, n.get<uint64_t>(), "pending files full (no reader)");
+          std::string time = loss["time"];
+          ready.push_back(Pending{std::move(time), std::move(loss)});
+        }
+      }
+      j = nlohmann::json::object();
+      return absl::OkStatus();
+    }));
   }
   std::stable_sort(ready.begin(), ready.end(), [](const Pending& a, const Pending& b) { return a.time < b.time; });
   for (Pending& p : ready) {

@@ -45,7 +45,22 @@ std::string PendingDir(const Paths& paths);
 struct UserEventOptions {
   size_t max_queued_per_sandbox = 4096;  // lines one sandbox may have waiting
   size_t max_queued = 65536;             // lines of all sandboxes waiting
+  // A writer goes on in a new pending file once its own reaches this (the
+  // holder removes the old one once it has read it).
+  size_t max_file_bytes = 1u << 20;
+  // The pending files of the node together: a line that would take them
+  // past this is not written but counted (pending/overflow.json) and
+  // reported as a loss by the next holder.  The sum is read again every
+  // `recount_bytes` a writer writes (and before it refuses a line), so with
+  // no reader the files stay within max_pending_bytes plus recount_bytes
+  // per writer alive at once.
+  size_t max_pending_bytes = 64u << 20;
+  size_t recount_bytes = 64u << 10;
 };
+
+// <runtime_dir>/audit/pending/overflow.json: {source: {sandbox id: lines}}
+// that did not fit, not yet reported.
+std::string OverflowPath(const Paths& paths);
 
 // One process's writer: a bounded queue drained by a thread of its own into
 // the process's pending file.
@@ -77,8 +92,17 @@ class UserEventWriter {
   UserEventWriter() = default;
   void Loop();
   bool WriteLine(const std::string& line);
+  enum class Wrote { kYes, kFailed, kNoRoom };
+  Wrote Write(const std::string& line);
+  bool Fits(size_t bytes);
+  absl::Status NextFile();
+  bool ReportOverflow();
 
-  std::string source_, path_;
+  std::string source_, path_, dir_, overflow_path_;
+  size_t file_bytes_ = 0;        // of the current pending file
+  size_t pending_bytes_ = 0;     // of all pending files, as last counted
+  size_t since_count_ = 0;       // written since
+  std::map<uint64_t, uint64_t> overflow_;  // no room: not yet in overflow.json
   UserEventOptions options_;
   UniqueFd fd_;
   mutable std::mutex mu_;
