@@ -5,12 +5,15 @@
 // --audit` side by side, and a reader that was not running losing nothing.
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include <fstream>
 #include <map>
@@ -148,6 +151,39 @@ TEST_F(Audit, ConnectsAllowedAndDeniedAreRecordedWithTheirFields) {
   for (auto& j : ReadLines(g)) {
     if (j["type"] == "connect") EXPECT_EQ(j["reason"], "protected");
   }
+}
+
+// `run` records the PID namespace it makes its sandbox in, and a record of a
+// process that is still there names its ids in it (`process.ns_pid`,
+// `ns_tid`) beside the node's.  The probe connects, then blocks opening a
+// FIFO for writing until the test has read the record.
+TEST_F(Audit, RecordsNameThePidInTheSandboxsOwnNamespace) {
+  const std::string f = File("nspid.jsonl"), fifo = File("go");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0666), 0);
+  auto bg = Shared().StartSandboxed({"--audit", f, "--egress", kPublicA4, "--readable", dir_},
+                                    {"info", "--then", "tcp", kPublicA4, "80", "--then", "open-write", fifo});
+  ASSERT_TRUE(bg.ok()) << bg.status();
+  auto info_line = bg->ReadOutLine(std::chrono::seconds(20));
+  ASSERT_TRUE(info_line) << bg->err();
+  auto info = nlohmann::json::parse(*info_line);
+  const int own_pid = info["pid"].get<int>();
+  nlohmann::json connect;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(static_cast<int>(20 * TimeScale()));
+  while (connect.is_null() && std::chrono::steady_clock::now() < deadline) {
+    for (auto& j : ReadLines(f)) {
+      if (j["type"] == "connect") connect = j;
+    }
+    if (connect.is_null()) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the file grows
+  }
+  int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // lets the probe go
+  RunResult r = bg->Wait();
+  if (reader >= 0) close(reader);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  ASSERT_FALSE(connect.is_null()) << "no connect record in " << f;
+  EXPECT_EQ(connect["process"]["ns_pid"], own_pid) << connect.dump();
+  EXPECT_EQ(connect["process"]["ns_tid"], own_pid) << connect.dump();
+  EXPECT_NE(connect["process"]["pid"], own_pid) << "the node's pid is another";
+  EXPECT_GT(own_pid, 1);  // not the sandbox's init
 }
 
 // What only the backstop sees (a raw socket passes no connect or sendmsg
