@@ -175,12 +175,27 @@ TEST_F(Audit, RecordsNameThePidInTheSandboxsOwnNamespace) {
     }
     if (connect.is_null()) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the file grows
   }
+  // What the reader went by, for a failure's message: the record's
+  // namespace, the task's.
+  std::string context;
+  if (!connect.is_null()) {
+    std::ifstream rec(Shared().runtime_dir() + "/sandboxes/" + connect["sandbox"]["id"].dump() + ".json");
+    auto j = nlohmann::json::parse(rec, nullptr, false);
+    struct stat st {};
+    const std::string task = "/proc/" + connect["process"]["pid"].dump();
+    stat((task + "/ns/pid").c_str(), &st);
+    std::ifstream cg(task + "/cgroup");
+    std::stringstream cgs;
+    cgs << cg.rdbuf();
+    context = "record pidns " + (j.is_discarded() ? std::string("?") : j.value("pidns_inode", nlohmann::json()).dump()) +
+              ", task pidns " + std::to_string(st.st_ino) + ", task cgroup " + cgs.str();
+  }
   int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // lets the probe go
   RunResult r = bg->Wait();
   if (reader >= 0) close(reader);
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   ASSERT_FALSE(connect.is_null()) << "no connect record in " << f;
-  EXPECT_EQ(connect["process"]["ns_pid"], own_pid) << connect.dump();
+  EXPECT_EQ(connect["process"]["ns_pid"], own_pid) << connect.dump() << "\n" << context << "\n" << r.err;
   EXPECT_EQ(connect["process"]["ns_tid"], own_pid) << connect.dump();
   EXPECT_NE(connect["process"]["pid"], own_pid) << "the node's pid is another";
   EXPECT_GT(own_pid, 1);  // not the sandbox's init

@@ -303,10 +303,8 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
 
   // The sandbox's PID namespace into its record before anything runs in
   // it, so its audit records can name their pids there (`process.ns_pid`).
-  spec.on_pid_namespace = [&, sandbox_id = *id](const std::string& pidns) {
-    struct stat st {};
-    absl::Status s = stat(pidns.c_str(), &st) == 0 ? registry.SetPidNamespace(sandbox_id, st.st_dev, st.st_ino)
-                                                   : ErrnoStatus(errno, absl::StrCat("stat ", pidns));
+  spec.on_pid_namespace = [&, sandbox_id = *id](uint64_t dev, uint64_t inode) {
+    absl::Status s = registry.SetPidNamespace(sandbox_id, dev, inode);
     if (!s.ok()) spdlog::warn("sandbox {}: its pid namespace is not recorded (audit records name node pids only): {}",
                               sandbox_id, s.ToString());
   };

@@ -225,20 +225,44 @@ struct PidnsHandshake {
   if (fd < 0 || write(fd, "0", 1) != 1) Fail(("join " + procs).c_str());
   close(fd);
   if (unshare(CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWPID) != 0) Fail("unshare");
-  if (hs.made[1] >= 0) {
+  // The namespace can be named (pid_for_children) only once its init
+  // exists: init waits at a gate until the parent has recorded it.
+  int gate[2] = {-1, -1};
+  const bool handshake = hs.made[1] >= 0;
+  if (handshake && pipe2(gate, O_CLOEXEC) != 0) Fail("pipe");
+  pid_t init = fork();
+  if (init < 0) Fail("fork sandbox init");
+  if (init == 0) {
+    if (handshake) {
+      for (int fd : {hs.made[0], hs.made[1], hs.seen[0], hs.seen[1], gate[1]}) close(fd);
+      char c;
+      while (read(gate[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      close(gate[0]);
+    }
+    SandboxInit(spec);
+  }
+  if (handshake) {
+    close(gate[0]);
     close(hs.made[0]);
     close(hs.seen[1]);
-    char c = 'p';
-    if (write(hs.made[1], &c, 1) != 1) Fail("pid namespace handshake");
+    struct stat st {};
+    uint64_t id[2] = {0, 0};
+    if (stat("/proc/self/ns/pid_for_children", &st) == 0) {
+      id[0] = st.st_dev;
+      id[1] = st.st_ino;
+    } else {
+      id[0] = static_cast<uint64_t>(errno);  // inode 0: the parent says why
+    }
+    if (write(hs.made[1], id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) Fail("pid namespace handshake");
     close(hs.made[1]);
+    char c;
     // EOF too (the parent died or failed to look): go on either way.
     while (read(hs.seen[0], &c, 1) < 0 && errno == EINTR) {
     }
     close(hs.seen[0]);
+    close(gate[1]);  // init goes on
   }
-  pid_t init = fork();
-  if (init < 0) Fail("fork sandbox init");
-  if (init == 0) SandboxInit(spec);
   ForwardSignalsTo(init);
   _exit(WaitFor(init));
 }
@@ -275,12 +299,17 @@ absl::StatusOr<int> RunIsolated(const IsolationSpec& spec) {
   if (hs.made[0] >= 0) {
     close(hs.made[1]);
     close(hs.seen[0]);
-    char c;
+    uint64_t id[2];
     ssize_t n;
-    while ((n = read(hs.made[0], &c, 1)) < 0 && errno == EINTR) {
+    while ((n = read(hs.made[0], id, sizeof(id))) < 0 && errno == EINTR) {
     }
     // n == 0: the child failed before unsharing (it reports why).
-    if (n == 1) spec.on_pid_namespace(absl::StrCat("/proc/", child, "/ns/pid_for_children"));
+    if (n == static_cast<ssize_t>(sizeof(id)) && id[1] != 0) {
+      spec.on_pid_namespace(id[0], id[1]);
+    } else if (n == static_cast<ssize_t>(sizeof(id))) {
+      std::fprintf(stderr, "egressctl run: the sandbox's pid namespace is not known: stat "
+                           "/proc/self/ns/pid_for_children: %s\n", strerror(static_cast<int>(id[0])));
+    }
     close(hs.made[0]);
     close(hs.seen[1]);  // the child goes on
   }

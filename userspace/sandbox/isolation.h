@@ -51,10 +51,11 @@ struct IsolationSpec {
   // judges; its packet sockets the filter refuses).
   bool no_lsm_fallback = false;
   // Called in the caller's process once the sandbox's PID namespace exists
-  // and before anything runs in it, with /proc/PID/ns/pid_for_children of
-  // the process that made it: the audit trail records the namespace (a
-  // failure is the callee's to report; the command runs either way).
-  std::function<void(const std::string& pidns_path)> on_pid_namespace;
+  // and before anything runs in it, with its nsfs device and inode (the
+  // child's own stat of /proc/self/ns/pid_for_children: a pid would not
+  // name it where the caller's procfs is another namespace's): the audit
+  // trail records the namespace.  Not called when the child could not say.
+  std::function<void(uint64_t dev, uint64_t inode)> on_pid_namespace;
 };
 
 // Keeps SIGINT, SIGTERM, SIGHUP and SIGQUIT pending from before a sandbox is
