@@ -136,7 +136,7 @@ for t in "${priv_tests[@]}"; do
   [[ -n $b ]] || die "$t: no binary under $bdir/tests or $bdir/bench: run scripts/build.sh"
   project_bins+=("$b")
 done
-project_bins+=("$bdir/tests/lab/egressd-probe" "$bdir/tools/egressctl/egressctl"
+project_bins+=("$bdir/tests/lab/egressd-probe" "$bdir/tools/egressctl/egressctl" "$bdir/tools/egressd/egressd"
               "$bdir/tests/priv/egr-lock-holder" "$bdir/tests/priv/egr-dns-ask"
               "$bdir/tests/lab/egr-dns-attack"
               "$bdir/tests/priv/egr-mesh-proxy" "$bdir/bench/egr-nft-forwarder")

@@ -165,6 +165,14 @@ void MapUserNamespace(pid_t cmd, const MapHandshake& h) {
       DropCapabilities(spec);
       break;
   }
+  // The command takes signals as any process does: default actions, and
+  // nothing blocked (exec keeps the mask).  One forwarded before now is
+  // delivered here, with its default action.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(sig, &dfl, nullptr);
+  UnblockForwardedSignals();
   if (spec.no_lsm_fallback) InstallNoLsmFallback();
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -192,6 +200,7 @@ void MapUserNamespace(pid_t cmd, const MapHandshake& h) {
   if (cmd < 0) Fail("fork command");
   if (cmd == 0) ExecCommand(spec, h);
   ForwardSignalsTo(cmd);
+  UnblockForwardedSignals();
   if (spec.identity == Identity::kNamespaceRoot) {
     close(h.to_init[1]);
     close(h.to_cmd[0]);
@@ -217,9 +226,11 @@ struct PidnsHandshake {
 // Joins the sandbox cgroup, then unshares so the cgroup namespace is rooted
 // there and the next child is PID 1 of a new PID namespace.
 [[noreturn]] void EnterSandbox(const IsolationSpec& spec, const PidnsHandshake& hs) {
-  // The parent deferred signals across registration; the sandbox's own
-  // processes take them as usual (each forwards to the next one down).
-  UnblockForwardedSignals();
+  // The parent deferred signals across registration, and they stay deferred
+  // down the chain (this process, the sandbox's init, the command) until
+  // each has its forwarder in place: a SIGTERM that arrives in between is
+  // held, then forwarded, never taken by a default action that would leave
+  // the command running without a parent that cleans up.
   std::string procs = spec.cgroup_dir + "/cgroup.procs";
   int fd = open(procs.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0 || write(fd, "0", 1) != 1) Fail(("join " + procs).c_str());
@@ -236,9 +247,11 @@ struct PidnsHandshake {
     if (handshake) {
       for (int fd : {hs.made[0], hs.made[1], hs.seen[0], hs.seen[1], gate[1]}) close(fd);
       char c;
-      while (read(gate[0], &c, 1) < 0 && errno == EINTR) {
+      ssize_t n;
+      while ((n = read(gate[0], &c, 1)) < 0 && errno == EINTR) {
       }
       close(gate[0]);
+      if (n != 1) _exit(kSetupFailed);  // the process above died: nobody would clean up after us
     }
     SandboxInit(spec);
   }
@@ -261,9 +274,14 @@ struct PidnsHandshake {
     while (read(hs.seen[0], &c, 1) < 0 && errno == EINTR) {
     }
     close(hs.seen[0]);
-    close(gate[1]);  // init goes on
   }
   ForwardSignalsTo(init);
+  if (handshake) {
+    const char go = 'g';
+    if (write(gate[1], &go, 1) != 1) Fail("release the sandbox's init");
+    close(gate[1]);  // init goes on
+  }
+  UnblockForwardedSignals();  // what arrived meanwhile goes to init now
   _exit(WaitFor(init));
 }
 
