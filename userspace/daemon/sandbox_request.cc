@@ -7,6 +7,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "userspace/daemon/pod_cgroup.h"
 
 namespace egressd::daemon {
 namespace {
@@ -127,10 +129,18 @@ absl::StatusOr<SandboxRequest> ParseSandboxRequest(const std::string& body) {
   Reader r(j);
   SandboxRequest out;
   if (auto c = r.String("cgroup")) out.cgroup = *c;
-  if (out.cgroup.empty()) {
-    r.Error("cgroup", "is required: the sandbox's cgroup v2 directory (pod UID resolution is not implemented yet)");
-  } else if (out.cgroup[0] != '/') {
+  if (auto u = r.String("pod_uid")) out.pod_uid = *u;
+  if (!out.cgroup.empty() && !out.pod_uid.empty()) {
+    r.Error("cgroup", absl::StrCat(Quote(out.cgroup), " and pod_uid ", Quote(out.pod_uid),
+                                   " are both given: exactly one of them names the sandbox"));
+  } else if (out.cgroup.empty() && out.pod_uid.empty()) {
+    r.Error("cgroup", "is required, or pod_uid: the sandbox's cgroup v2 directory, or its Kubernetes pod UID");
+  } else if (!out.cgroup.empty() && out.cgroup[0] != '/') {
     r.Error("cgroup", absl::StrCat(Quote(out.cgroup), " must be an absolute path"));
+  } else if (!out.pod_uid.empty()) {
+    if (absl::Status s = CheckPodUid(out.pod_uid); !s.ok()) {
+      r.Error("pod_uid", std::string(absl::StripPrefix(s.message(), "field pod_uid ")));
+    }
   }
   r.Labels(out.labels);
   out.task = r.Document("task");
@@ -169,7 +179,9 @@ policy::PolicyInputs ToPolicyInputs(const SandboxRequest& r, const std::optional
 }
 
 nlohmann::json ToJson(const SandboxRequest& r) {
-  nlohmann::json j = {{"cgroup", r.cgroup}};
+  nlohmann::json j = nlohmann::json::object();
+  if (!r.cgroup.empty()) j["cgroup"] = r.cgroup;
+  if (!r.pod_uid.empty()) j["pod_uid"] = r.pod_uid;
   if (!r.labels.empty()) j["labels"] = r.labels;
   if (r.task) j["task"] = *r.task;
   if (r.runtime) j["runtime"] = *r.runtime;

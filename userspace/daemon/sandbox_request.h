@@ -23,7 +23,8 @@ namespace egressd::daemon {
 inline constexpr char kIdLabel[] = "egressd/id";
 
 struct SandboxRequest {
-  std::string cgroup;                 // cgroup v2 directory (absolute path)
+  std::string cgroup;                 // cgroup v2 directory (absolute path), or
+  std::string pod_uid;                // a Kubernetes pod UID (pod_cgroup.h): exactly one of the two
   control::Labels labels;             // pod, namespace, task, run, ...
   std::optional<std::string> task;    // task declaration (YAML or JSON text)
   std::optional<std::string> runtime; // runtime declaration
