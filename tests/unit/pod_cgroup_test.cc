@@ -3,17 +3,22 @@
 // (kind's --cgroup-root), containerd's and CRI-O's container scopes below
 // the pod (the pod-level directory is what is found), a UID that matches
 // twice (400 naming it and both paths), malformed UIDs and the request's
-// "exactly one of cgroup and pod_uid".
+// "exactly one of cgroup and pod_uid"; the inotify watch that follows the
+// levels of a held pod's path down as they appear.
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "userspace/daemon/cgroup_watch.h"
 #include "userspace/daemon/pod_cgroup.h"
 #include "userspace/daemon/sandbox_request.h"
 
@@ -158,6 +163,44 @@ TEST(PodCgroupRequest, ExactlyOneOfCgroupAndPodUid) {
   EXPECT_TRUE(ok->cgroup.empty());
   EXPECT_EQ(ToJson(*ok).value("pod_uid", ""), kUid);
   EXPECT_FALSE(ToJson(*ok).contains("cgroup"));
+}
+
+TEST(CgroupWatch, FollowsTheLevelsOfAPathDownAsTheyAppear) {
+  TempRoot t;
+  const std::string target = t.path() + "/a/b/c";
+  EXPECT_EQ(NearestExistingDirectory(target), t.path());
+  boost::asio::io_context io;
+  int events = 0;
+  std::unique_ptr<CgroupWatch> w;
+  w = std::make_unique<CgroupWatch>(io, [&] {
+    ++events;
+    ASSERT_TRUE(w->Arm({target}).ok());
+  });
+  ASSERT_TRUE(w->Start().ok());
+  ASSERT_TRUE(w->Arm({target}).ok());
+  EXPECT_EQ(w->watched(), std::set<std::string>{t.path()});
+  // Each mkdir is one event on the watched level (no timer: run_one_for
+  // returns early only on the event).
+  std::string at = t.path();
+  for (const char* level : {"a", "b"}) {
+    at += std::string("/") + level;
+    ASSERT_EQ(mkdir(at.c_str(), 0755), 0);
+    const int before = events;
+    while (events == before && io.run_one_for(std::chrono::seconds(5)) > 0) {
+    }
+    ASSERT_GT(events, before) << "no event for " << at;
+    EXPECT_EQ(w->watched(), std::set<std::string>{at});
+  }
+  // Another directory beside the path is an event too, and moves nothing.
+  ASSERT_EQ(mkdir((at + "/other").c_str(), 0755), 0);
+  const int before = events;
+  while (events == before && io.run_one_for(std::chrono::seconds(5)) > 0) {
+  }
+  EXPECT_EQ(w->watched(), std::set<std::string>{at});
+  ASSERT_EQ(mkdir(target.c_str(), 0755), 0);
+  ASSERT_TRUE(w->Arm({target}).ok());
+  EXPECT_TRUE(w->watched().empty()) << "the path exists: nothing left to wait for";
+  EXPECT_EQ(CgroupWatch::DirsFor({target}), std::set<std::string>{});
 }
 
 }  // namespace

@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
                "Register sandboxes even where the bpf LSM is not in force (also "
                "EGRESSD_ACCEPT_UNCONTAINED_PACKET_SOCKETS=1); see README, Sockets");
   app.add_option("--audit-window-ms", o.audit_window_ms, "Audit fold window")->capture_default_str();
+  app.add_option("--kubelet-cgroup-root", o.kubelet_cgroup_roots,
+                 "Where the kubelet's kubepods cgroups live, for PUTs naming a pod_uid (repeatable; default: "
+                 "the cgroup2 mount)");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "Warnings and errors only");
   try {

@@ -24,6 +24,7 @@
 #include "userspace/common/instance_lock.h"
 #include "userspace/control/reconcile.h"
 #include "userspace/control/registry.h"
+#include "userspace/daemon/pod_cgroup.h"
 #include "userspace/policy/compiled_policy_json.h"
 #include "userspace/policy/yaml_walk.h"
 
@@ -225,6 +226,7 @@ nlohmann::json Daemon::SandboxJson(const control::SandboxRecord& r) {
   const bool audit_only = r.current.policy && r.current.policy->audit.audit_only;
   j["in_kernel"] = in_kernel;
   j["enforced"] = in_kernel && r.current.policy && !audit_only;
+  j["state"] = j["enforced"].get<bool>() ? "enforced" : (in_kernel ? "registered" : "not_in_kernel");
   j["audit_only"] = audit_only;
   j["strict_audit"] = r.current.policy && r.current.policy->audit.strict;
   j["policy_id"] = r.current.policy_id;
@@ -240,42 +242,89 @@ nlohmann::json Daemon::SandboxJson(const control::SandboxRecord& r) {
   return j;
 }
 
+std::vector<std::string> Daemon::KubeletRoots() {
+  if (!options_.kubelet_cgroup_roots.empty()) return options_.kubelet_cgroup_roots;
+  auto mount = FindCgroup2Mount();
+  return mount.ok() ? std::vector<std::string>{*mount} : std::vector<std::string>{};
+}
+
 Response Daemon::Put(const std::string& id, const std::string& body) {
   auto req = ParseSandboxRequest(body);
   if (!req.ok()) return FromStatus(req.status());
-  std::string ep4 = req->dns_endpoint4, ep6 = req->dns_endpoint6;
+  if (!req->pod_uid.empty()) {
+    auto cg = FindPodCgroup(KubeletRoots(), req->pod_uid);
+    if (absl::IsNotFound(cg.status())) return Hold(id, *req);
+    if (!cg.ok()) return FromStatus(cg.status());
+    req->cgroup = *cg;
+  }
+  Response r = Apply(id, *req);
+  // A PUT that named a cgroup, or found its pod's, replaces what was held.
+  if (r.status < 300 && held_.erase(id) > 0) OnCgroupTreeChange();
+  return r;
+}
+
+Daemon::Prepared Daemon::Prepare(const std::string& id, const SandboxRequest& req) {
+  Prepared p;
+  std::string ep4 = req.dns_endpoint4, ep6 = req.dns_endpoint6;
   if (ep4.empty() && ep6.empty()) {
     if (deployment_.dns.endpoint4) ep4 = deployment_.dns.endpoint4->ToString();
     if (deployment_.dns.endpoint6) ep6 = deployment_.dns.endpoint6->ToString();
   }
-  const bool dns_served = !ep4.empty() || !ep6.empty();
-  auto policy = policy::CompileInputs(ToPolicyInputs(*req, config_, dns_served));
+  p.dns_served = !ep4.empty() || !ep6.empty();
+  auto policy = policy::CompileInputs(ToPolicyInputs(req, config_, p.dns_served));
   if (!policy.ok()) {
     if (absl::IsInvalidArgument(policy.status())) {
-      audit_->Submit(audit::PolicyRejectedJson(0, kVia, req->cgroup, std::string(policy.status().message())), 0);
+      audit_->Submit(audit::PolicyRejectedJson(0, kVia, req.cgroup.empty() ? req.pod_uid : req.cgroup,
+                                               std::string(policy.status().message())),
+                     0);
     }
-    return FromStatus(policy.status());
+    p.refusal = FromStatus(policy.status());
+    return p;
   }
-  control::SandboxSpec spec;
-  spec.cgroup_path = req->cgroup;
-  spec.labels = req->labels;
-  spec.labels[kIdLabel] = id;
-  std::vector<std::string> bad;
+  p.policy = std::move(*policy);
+  p.spec.labels = req.labels;
+  p.spec.labels[kIdLabel] = id;
   if (!ep4.empty()) {
-    if (auto s = ParseEndpoint("dns_endpoint4", ep4, true, spec.dns_addr4); !s.ok()) bad.emplace_back(s.message());
+    if (auto s = ParseEndpoint("dns_endpoint4", ep4, true, p.spec.dns_addr4); !s.ok()) p.bad.emplace_back(s.message());
   }
   if (!ep6.empty()) {
-    if (auto s = ParseEndpoint("dns_endpoint6", ep6, false, spec.dns_addr6); !s.ok()) bad.emplace_back(s.message());
+    if (auto s = ParseEndpoint("dns_endpoint6", ep6, false, p.spec.dns_addr6); !s.ok()) p.bad.emplace_back(s.message());
   }
-  if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) bad.emplace_back(s.message());
-  auto cgid = CgroupIdOf(req->cgroup);
+  if (auto s = maps::CheckFitsMaps(*p.policy); !s.ok()) p.bad.emplace_back(s.message());
+  return p;
+}
+
+std::optional<Response> Daemon::CheckNode(const std::string& id, const SandboxRequest& req, const Prepared& p) {
+  if (p.dns_served && !proxy_ && (!p.policy->names.empty() || !p.policy->wildcard_suffixes.empty())) {
+    return FromStatus(absl::UnavailableError(
+        "the policy names hosts but this daemon has no dns.upstreams in its config: no name could be resolved "
+        "for the sandbox; nothing was changed"));
+  }
+  if (absl::Status s = RequireSocketContainment(options_.paths); !s.ok()) {
+    if (!absl::IsFailedPrecondition(s)) return FromStatus(s);
+    if (req.require_socket_containment || !options_.accept_uncontained) {
+      return ErrorResponse(409, "node_cannot_contain", absl::StrCat("refused, nothing was changed: ", s.message()));
+    }
+    spdlog::warn("sandbox {}: {} (registered anyway: the daemon accepts uncontained packet sockets)", id,
+                 std::string(s.message()));
+  }
+  return std::nullopt;
+}
+
+Response Daemon::Apply(const std::string& id, const SandboxRequest& req) {
+  Prepared p = Prepare(id, req);
+  if (p.refusal) return *p.refusal;
+  control::SandboxSpec& spec = p.spec;
+  spec.cgroup_path = req.cgroup;
+  std::vector<std::string>& bad = p.bad;
+  auto cgid = CgroupIdOf(req.cgroup);
   if (!cgid.ok()) {
     if (absl::IsNotFound(cgid.status()) || absl::IsInvalidArgument(cgid.status())) {
       bad.push_back(absl::StrCat("field cgroup ", cgid.status().message()));
     } else {
       return FromStatus(cgid.status());
     }
-  } else if (auto s = CheckDepth(req->cgroup); !s.ok()) {
+  } else if (auto s = CheckDepth(req.cgroup); !s.ok()) {
     if (!absl::IsInvalidArgument(s)) return FromStatus(s);
     bad.emplace_back(s.message());
   }
@@ -293,27 +342,17 @@ Response Daemon::Put(const std::string& id, const std::string& body) {
   if (*current && IdOf(**current) != id) {
     auto other = IdOf(**current);
     return FromStatus(absl::AlreadyExistsError(absl::StrCat(
-        "cgroup ", req->cgroup, " is registered ",
+        "cgroup ", req.cgroup, " is registered ",
         other ? absl::StrCat("as sandbox ", *other) : std::string("without an API id (egressctl sandbox add)"),
         ": remove that registration first")));
   }
-  if (dns_served && !proxy_ && (!policy->names.empty() || !policy->wildcard_suffixes.empty())) {
-    return FromStatus(absl::UnavailableError(
-        "the policy names hosts but this daemon has no dns.upstreams in its config: no name could be resolved "
-        "for the sandbox; nothing was changed"));
-  }
-  if (absl::Status s = RequireSocketContainment(options_.paths); !s.ok()) {
-    if (!absl::IsFailedPrecondition(s)) return FromStatus(s);
-    if (req->require_socket_containment || !options_.accept_uncontained) {
-      return ErrorResponse(409, "node_cannot_contain", absl::StrCat("refused, nothing was changed: ", s.message()));
-    }
-    spdlog::warn("sandbox {}: {} (registered anyway: the daemon accepts uncontained packet sockets)", id, std::string(s.message()));
-  }
-  if (absl::Status s = control::Registry(options_.paths).Register(spec, *policy); !s.ok()) return FromStatus(s);
+  if (auto refused = CheckNode(id, req, p)) return *refused;
+  const policy::CompiledPolicy& policy = *p.policy;
+  if (absl::Status s = control::Registry(options_.paths).Register(spec, policy); !s.ok()) return FromStatus(s);
   const bool created = !current->has_value();
   index_[id] = *cgid;
-  if (created) audit_->Submit(audit::SandboxJson("registered", *cgid, kVia, req->cgroup, spec.labels), *cgid);
-  audit_->Submit(audit::PolicyAppliedJson(*cgid, kVia, *policy), *cgid);
+  if (created) audit_->Submit(audit::SandboxJson("registered", *cgid, kVia, req.cgroup, spec.labels), *cgid);
+  audit_->Submit(audit::PolicyAppliedJson(*cgid, kVia, policy), *cgid);
   auto rec = records_->Load(*cgid);
   if (!rec.ok() || !rec->has_value()) {
     return FromStatus(rec.ok() ? absl::InternalError("the record vanished after registration") : rec.status());
@@ -327,11 +366,137 @@ Response Daemon::Put(const std::string& id, const std::string& body) {
     }
   }
   nlohmann::json j = SandboxJson(**rec);
-  j["warnings"] = policy->warnings;
+  if (!req.pod_uid.empty()) j["pod_uid"] = req.pod_uid;
+  j["warnings"] = policy.warnings;
   return Response{created ? 201 : 200, std::move(j)};
 }
 
+Response Daemon::Hold(const std::string& id, const SandboxRequest& req) {
+  // Everything that can be judged without the cgroup is judged now: a
+  // held PUT is one that will apply.
+  Prepared p = Prepare(id, req);
+  if (p.refusal) return *p.refusal;
+  if (!p.bad.empty()) return FromStatus(absl::InvalidArgumentError(absl::StrJoin(p.bad, "\n")));
+  auto existing = Find(id);
+  if (!existing.ok()) return FromStatus(existing.status());
+  if (*existing) {
+    return FromStatus(absl::AlreadyExistsError(absl::StrCat("sandbox ", id, " is registered for cgroup ",
+                                                            (*existing)->cgroup_path, ": DELETE it first")));
+  }
+  for (const auto& [other, h] : held_) {
+    if (other != id && h.request.pod_uid == req.pod_uid && h.error.is_null()) {
+      return FromStatus(absl::AlreadyExistsError(
+          absl::StrCat("pod_uid ", req.pod_uid, " is held already as sandbox ", other, ": DELETE it first")));
+    }
+  }
+  if (auto refused = CheckNode(id, req, p)) return *refused;
+  if (!cgroup_watch_) {
+    cgroup_watch_ = std::make_unique<CgroupWatch>(io_, [this] { OnCgroupTreeChange(); });
+    if (absl::Status s = cgroup_watch_->Start(); !s.ok()) {
+      cgroup_watch_.reset();
+      return FromStatus(s);
+    }
+  }
+  held_[id] = Held{req, nullptr};
+  spdlog::info("sandbox {}: pod {} has no cgroup yet under {}: held until it appears", id, req.pod_uid,
+               absl::StrJoin(KubeletRoots(), ", "));
+  // Arms the watches, and applies it at once should the cgroup have
+  // appeared since we looked.
+  OnCgroupTreeChange();
+  auto it = held_.find(id);
+  if (it == held_.end()) {
+    // Applied in between: answer as the registration did.
+    auto r = Get(id);
+    if (r.status == 200) r.status = 201;
+    return r;
+  }
+  if (!it->second.error.is_null()) return Response{it->second.error.value("status", 500), it->second.error["body"]};
+  return Response{202, PendingJson(id)};
+}
+
+void Daemon::OnCgroupTreeChange() {
+  if (!cgroup_watch_) return;
+  const std::vector<std::string> roots = KubeletRoots();
+  // Arm, then look; look again while a level appeared between the two
+  // (its children's creations went to no watch).  Bounded by the tree's
+  // depth: each round that finds nothing new is one where a level appeared.
+  for (int round = 0;; ++round) {
+    if (round > 2 * EGR_MAX_CGROUP_DEPTH) {
+      spdlog::error("held pod registrations: the cgroup tree kept changing while being watched; waiting for the next event");
+      return;
+    }
+    std::set<std::string> wanted;
+    for (const auto& [id, h] : held_) {
+      if (!h.error.is_null()) continue;
+      for (const auto& root : roots) {
+        for (auto& c : PodCgroupCandidates(root, h.request.pod_uid)) wanted.insert(std::move(c));
+      }
+    }
+    if (absl::Status s = cgroup_watch_->Arm(wanted); !s.ok()) {
+      spdlog::error("held pod registrations: {}", s.ToString());
+    }
+    bool changed = false;
+    for (auto it = held_.begin(); it != held_.end();) {
+      Held& h = it->second;
+      if (!h.error.is_null()) {
+        ++it;
+        continue;
+      }
+      auto cg = FindPodCgroup(roots, h.request.pod_uid);
+      if (absl::IsNotFound(cg.status())) {
+        ++it;
+        continue;
+      }
+      changed = true;
+      Response r;
+      if (cg.ok()) {
+        SandboxRequest req = h.request;
+        req.cgroup = *cg;
+        r = Apply(it->first, req);
+      } else {
+        r = FromStatus(cg.status());
+      }
+      if (r.status < 300) {
+        spdlog::info("sandbox {}: pod {}'s cgroup {} appeared: applied", it->first, h.request.pod_uid,
+                     r.body.value("cgroup", ""));
+        it = held_.erase(it);
+        continue;
+      }
+      spdlog::error("sandbox {}: pod {}'s cgroup appeared but was not applied: {}", it->first, h.request.pod_uid,
+                    r.body.dump());
+      h.error = {{"status", r.status}, {"body", r.body}};
+      ++it;
+    }
+    std::set<std::string> remaining;
+    for (const auto& [id, h] : held_) {
+      if (!h.error.is_null()) continue;
+      for (const auto& root : roots) {
+        for (auto& c : PodCgroupCandidates(root, h.request.pod_uid)) remaining.insert(std::move(c));
+      }
+    }
+    if (!changed && CgroupWatch::DirsFor(remaining) == cgroup_watch_->watched()) return;
+  }
+}
+
+nlohmann::json Daemon::PendingJson(const std::string& id) {
+  const Held& h = held_.at(id);
+  nlohmann::json j = {{"id", id},
+                      {"pod_uid", h.request.pod_uid},
+                      {"state", h.error.is_null() ? "pending" : "failed"},
+                      {"in_kernel", false},
+                      {"enforced", false}};
+  if (h.error.is_null()) {
+    j["waiting_on"] = cgroup_watch_ ? cgroup_watch_->watched() : std::set<std::string>{};
+  } else {
+    j["error"] = h.error["body"].value("error", nlohmann::json(nullptr));
+  }
+  control::Labels labels = h.request.labels;
+  j["labels"] = labels;
+  return j;
+}
+
 Response Daemon::Get(const std::string& id) {
+  if (held_.count(id)) return Response{200, PendingJson(id)};
   auto r = Find(id);
   if (!r.ok()) return FromStatus(r.status());
   if (!*r) return ErrorResponse(404, "not_found", absl::StrCat("no sandbox ", id));
@@ -343,10 +508,18 @@ Response Daemon::List() {
   if (!all.ok()) return FromStatus(all.status());
   nlohmann::json list = nlohmann::json::array();
   for (const auto& r : *all) list.push_back(SandboxJson(r));
+  for (const auto& [id, h] : held_) list.push_back(PendingJson(id));
   return Response{200, {{"sandboxes", list}}};
 }
 
 Response Daemon::Delete(const std::string& id) {
+  if (auto h = held_.find(id); h != held_.end()) {
+    // Cancelled: nothing was in the kernel; the watches move off.
+    const std::string state = h->second.error.is_null() ? "pending" : "failed";
+    held_.erase(h);
+    OnCgroupTreeChange();
+    return Response{200, {{"deleted", id}, {"state", state}}};
+  }
   auto r = Find(id);
   if (!r.ok()) return FromStatus(r.status());
   if (!*r) return ErrorResponse(404, "not_found", absl::StrCat("no sandbox ", id));
@@ -377,6 +550,7 @@ Response Daemon::Status() {
   j["audit"] = {{"reader", audit_host_ && audit_host_->holding()}};
   auto all = records_->List();
   j["sandboxes"] = all.ok() ? all->size() : 0;
+  j["held"] = held_.size();
   j["refused_callers"] = server_ ? server_->refused() : 0;
   return Response{200, std::move(j)};
 }

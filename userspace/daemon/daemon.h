@@ -24,8 +24,10 @@
 #include "userspace/audit/user_events.h"
 #include "userspace/common/node.h"
 #include "userspace/common/unique_fd.h"
+#include "userspace/control/registry.h"
 #include "userspace/control/sandbox_record.h"
 #include "userspace/daemon/audit_host.h"
+#include "userspace/daemon/cgroup_watch.h"
 #include "userspace/daemon/client.h"
 #include "userspace/daemon/http_server.h"
 #include "userspace/daemon/record_watcher.h"
@@ -47,6 +49,9 @@ struct DaemonOptions {
   int audit_window_ms = 1000;
   int upstream_timeout_ms = 2000;
   int upstream_tries = 2;
+  // Where PUTs naming a pod_uid look for the pod's cgroup (pod_cgroup.h);
+  // empty: the cgroup2 mount.
+  std::vector<std::string> kubelet_cgroup_roots;
 };
 
 class Daemon {
@@ -64,6 +69,27 @@ class Daemon {
   Daemon(boost::asio::io_context& io, DaemonOptions options);
   absl::Status Start();
   Response Put(const std::string& id, const std::string& body);
+  // What PUT checks before it needs the cgroup: the compiled policy, the
+  // spec without its cgroup, every input problem, and whether the node can
+  // take it at all (a Response then).
+  struct Prepared {
+    std::optional<policy::CompiledPolicy> policy;
+    control::SandboxSpec spec;
+    bool dns_served = false;
+    std::vector<std::string> bad;
+    std::optional<Response> refusal;
+  };
+  Prepared Prepare(const std::string& id, const SandboxRequest& req);
+  std::optional<Response> CheckNode(const std::string& id, const SandboxRequest& req, const Prepared& p);
+  // Registers req.cgroup (resolved) as `id`.
+  Response Apply(const std::string& id, const SandboxRequest& req);
+  // A pod whose cgroup is not there yet: held, 202.
+  Response Hold(const std::string& id, const SandboxRequest& req);
+  // A directory appeared: apply every held pod whose cgroup now exists,
+  // then watch deeper for the others.
+  void OnCgroupTreeChange();
+  std::vector<std::string> KubeletRoots();
+  nlohmann::json PendingJson(const std::string& id);
   Response Get(const std::string& id);
   Response List();
   Response Delete(const std::string& id);
@@ -92,6 +118,14 @@ class Daemon {
   std::unique_ptr<AuditHost> audit_host_;
   std::unique_ptr<HttpServer> server_;
   std::map<std::string, uint64_t> index_;  // API id -> cgroup id
+  // Held PUTs (pod_uid whose cgroup does not exist yet), by API id; in
+  // memory only: a restart forgets them (docs/api.md).
+  struct Held {
+    SandboxRequest request;
+    nlohmann::json error;  // non-null: its cgroup appeared but applying failed (the answer's body)
+  };
+  std::map<std::string, Held> held_;
+  std::unique_ptr<CgroupWatch> cgroup_watch_;
 };
 
 }  // namespace egressd::daemon
