@@ -14,6 +14,13 @@
 //     fails closed (refused, nothing reaches the upstream); a restart adopts
 //     the pins and records and answers again on the same endpoint.  Time to
 //     ready, median of 10 restarts.
+//   - A pod UID instead of a cgroup, both orders (synthetic kubelet systemd
+//     layout under a lab cgroup given as --kubelet-cgroup-root): the pod's
+//     cgroup exists, then PUT (201, its containers' scopes judged by it);
+//     PUT first (202 pending), then the cgroup appears below a contained
+//     root and a process started in it before the daemon can act (the
+//     daemon stopped) is denied everything, allowed only once GET says
+//     enforced; a DELETE of a held PUT cancels it.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -87,17 +94,19 @@ class Daemon : public ::testing::Test {
       if (daemon_) daemon::Call(socket(), "DELETE", "/v1/sandboxes/" + id);
       Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
     }
+    for (const auto& cg : contained_) Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
     if (daemon_) daemon_->Stop();
   }
   Lab& lab() { return Shared().lab(); }
   static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
 
   // Starts egressd in the node netns and returns once it said ready.
-  void StartDaemon() {
+  void StartDaemon(const std::vector<std::string>& extra = {}) {
     RunSpec s;
     s.netns = lab().node_netns();
     s.env = Shared().CtlEnv();
     s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket()};
+    s.argv.insert(s.argv.end(), extra.begin(), extra.end());
     s.timeout = 10min;
     auto bg = lab::Start(s);
     ASSERT_TRUE(bg.ok()) << bg.status();
@@ -156,6 +165,7 @@ class Daemon : public ::testing::Test {
   static inline std::string config_;
   std::optional<lab::Background> daemon_;
   std::vector<std::pair<std::string, std::string>> registered_;
+  std::vector<std::string> contained_;
 };
 
 std::string FirstLine(const std::string& s) {
@@ -333,6 +343,136 @@ TEST_F(Daemon, Kill9KeepsEnforcementDnsFailsClosedAndARestartResumesOnTheSameEnd
   std::printf("egressd time to ready (exec to /readyz 200, 1 sandbox, 10 restarts): median %.1f ms, min %.1f, max %.1f\n",
               median, ms.front(), ms.back());
   EXPECT_LT(median, 1000 * TimeScale()) << "goal: under 1 s";
+}
+
+// A synthetic kubelet (systemd cgroup driver, burstable QoS) below a lab
+// cgroup: <root>/kubepods.slice/kubepods-burstable.slice/... (no kubelet
+// runs here; the layouts' unit tests are tests/unit/pod_cgroup_test.cc).
+struct FakeKubelet {
+  std::string root;  // --kubelet-cgroup-root
+  std::string qos;   // the pods' parent
+  std::string rel;   // qos below the lab's cgroup base
+  static std::string PodDir(const std::string& uid) {
+    std::string u = uid;
+    std::replace(u.begin(), u.end(), '-', '_');
+    return "kubepods-burstable-pod" + u + ".slice";
+  }
+};
+
+class DaemonPods : public Daemon {
+ protected:
+  FakeKubelet MakeKubelet(const std::string& name) {
+    FakeKubelet k;
+    auto root = lab().MakeCgroup(name);
+    EXPECT_TRUE(root.ok()) << root.status();
+    k.root = root.ok() ? *root : "";
+    k.rel = name + "/kubepods.slice/kubepods-burstable.slice";
+    auto qos = lab().MakeCgroup(k.rel);
+    EXPECT_TRUE(qos.ok()) << qos.status();
+    k.qos = qos.ok() ? *qos : "";
+    return k;
+  }
+  // GETs until the sandbox's state is `want` (each GET a round trip to the
+  // daemon's loop, which applies a held PUT when inotify tells it).
+  nlohmann::json WaitForState(const std::string& id, const std::string& want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int(10000 * TimeScale()));
+    nlohmann::json last;
+    while (std::chrono::steady_clock::now() < deadline) {
+      daemon::ClientResponse r = Call("GET", "/v1/sandboxes/" + id);
+      last = r.body;
+      if (r.status == 200 && last.value("state", "") == want) return last;
+      if (r.status != 200 || last.value("state", "") == "failed") break;
+    }
+    ADD_FAILURE() << id << " never reached state " << want << ": " << last.dump(2);
+    return last;
+  }
+};
+
+TEST_F(DaemonPods, PodUidWhoseCgroupExistsIsRegisteredAndItsContainersAreJudgedByIt) {
+  const FakeKubelet k = MakeKubelet("kubelet-a");
+  const std::string uid = "5b0c6f7e-1d2a-4b3c-9d8e-7f6a5b4c3d2e";
+  auto pod = lab().MakeCgroup(k.rel + "/" + FakeKubelet::PodDir(uid));
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  auto ctr = lab().MakeCgroup(k.rel + "/" + FakeKubelet::PodDir(uid) + "/cri-containerd-0f1e2d3c.scope");
+  ASSERT_TRUE(ctr.ok()) << ctr.status();
+  StartDaemon({"--kubelet-cgroup-root", k.root});
+  registered_.emplace_back("pod-uid-a", *pod);
+  daemon::ClientResponse r = Call("PUT", "/v1/sandboxes/pod-uid-a", {{"pod_uid", uid}, {"egress", {lab::kPublicA4}}});
+  ASSERT_EQ(r.status, 201) << r.body.dump(2);
+  EXPECT_EQ(r.body.value("cgroup", ""), *pod) << "the pod-level cgroup is the sandbox";
+  EXPECT_EQ(r.body.value("pod_uid", ""), uid);
+  EXPECT_EQ(r.body.value("state", ""), "enforced");
+  EXPECT_TRUE(Ok(Connect(*ctr, lab::kPublicA4))) << "a container's scope below the pod";
+  EXPECT_EQ(Errno(Connect(*ctr, lab::kPublicB4)), "EPERM");
+  // A malformed UID is a 400 naming it, and changes nothing.
+  daemon::ClientResponse bad = Call("PUT", "/v1/sandboxes/pod-uid-a", {{"pod_uid", "5B0C"}, {"egress", {lab::kPublicB4}}});
+  EXPECT_EQ(bad.status, 400) << bad.body.dump();
+  EXPECT_TRUE(absl::StrContains(bad.body.dump(), "5B0C")) << bad.body.dump();
+  EXPECT_EQ(Errno(Connect(*ctr, lab::kPublicB4)), "EPERM") << "nothing changed";
+}
+
+TEST_F(DaemonPods, PutBeforeThePodsCgroupIsHeldAndAProcessStartedInItAtOnceIsNeverMoreOpenThanThePolicy) {
+  const FakeKubelet k = MakeKubelet("kubelet-b");
+  // The sandbox-only pool's pods' parent as a contained root (docs/api.md):
+  // a pod's cgroup is denied everything from its mkdir until its PUT applies.
+  RunResult c = Shared().Ctl({"sandbox", "contain", "--cgroup", k.qos});
+  ASSERT_EQ(c.exit_code, 0) << c.Describe();
+  contained_.push_back(k.qos);
+  StartDaemon({"--kubelet-cgroup-root", k.root});
+  const std::string uid = "9e8d7c6b-5a49-4837-a625-140f0e1d2c3b";
+  const std::string cancelled = "11111111-2222-4333-8444-555555555555";
+  const std::string pod = k.qos + "/" + FakeKubelet::PodDir(uid);
+  registered_.emplace_back("pod-uid-b", pod);
+
+  // A held PUT that is cancelled stays cancelled when its cgroup appears.
+  daemon::ClientResponse h = Call("PUT", "/v1/sandboxes/pod-cancel", {{"pod_uid", cancelled}, {"egress", {lab::kPublicB4}}});
+  ASSERT_EQ(h.status, 202) << h.body.dump(2);
+  daemon::ClientResponse del = Call("DELETE", "/v1/sandboxes/pod-cancel");
+  EXPECT_EQ(del.status, 200) << del.body.dump();
+  EXPECT_EQ(del.body.value("state", ""), "pending");
+  auto cancelled_dir = lab().MakeCgroup(k.rel + "/" + FakeKubelet::PodDir(cancelled));
+  ASSERT_TRUE(cancelled_dir.ok()) << cancelled_dir.status();
+
+  // A bad policy is refused at the PUT, not held.
+  EXPECT_EQ(Call("PUT", "/v1/sandboxes/pod-uid-b", {{"pod_uid", uid}, {"egress", {"not a target!"}}}).status, 400);
+  daemon::ClientResponse held = Call("PUT", "/v1/sandboxes/pod-uid-b", {{"pod_uid", uid}, {"egress", {lab::kPublicA4}}});
+  ASSERT_EQ(held.status, 202) << held.body.dump(2);
+  EXPECT_EQ(held.body.value("state", ""), "pending");
+  EXPECT_FALSE(held.body.value("enforced", true));
+  daemon::ClientResponse got = Call("GET", "/v1/sandboxes/pod-uid-b");
+  EXPECT_EQ(got.body.value("state", ""), "pending") << got.body.dump(2);
+  EXPECT_TRUE(absl::StrContains(got.body["waiting_on"].dump(), k.qos)) << got.body.dump(2);
+
+  // The runtime makes the pod's cgroup and starts a process in it at once.
+  // The daemon is stopped meanwhile, so the process surely runs before the
+  // PUT applies (the worst case of the race): the contained parent judges
+  // it, everything denied, the allowed address too.
+  ASSERT_EQ(kill(daemon_->pid(), SIGSTOP), 0);
+  auto made = lab().MakeCgroup(k.rel + "/" + FakeKubelet::PodDir(uid));
+  RunResult first;
+  if (made.ok()) {
+    first = InSandbox(pod, {lab::BinaryPath("egressd-probe"), "batch", absl::StrCat("tcp ", lab::kPublicB4, " 80"),
+                            absl::StrCat("tcp ", lab::kPublicA4, " 80")}, /*hostile=*/true);
+  }
+  ASSERT_EQ(kill(daemon_->pid(), SIGCONT), 0);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_EQ(*made, pod);
+  auto lines = Lines(first);
+  ASSERT_EQ(lines.size(), 2u) << first.Describe();
+  EXPECT_EQ(Errno(lines[0]), "EPERM") << "the denied connect, before the PUT applied";
+  EXPECT_EQ(Errno(lines[1]), "EPERM") << "the allowed one too: not applied yet, contained";
+
+  const nlohmann::json enforced = WaitForState("pod-uid-b", "enforced");
+  EXPECT_EQ(enforced.value("cgroup", ""), pod);
+  EXPECT_TRUE(Ok(Connect(pod, lab::kPublicA4))) << "applied: the allowed connect passes";
+  EXPECT_EQ(Errno(Connect(pod, lab::kPublicB4)), "EPERM");
+  // Had the DELETE not cancelled it, the held PUT after it would have found
+  // its cgroup (made before) and applied it, allowing B.
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/pod-cancel").status, 404);
+  EXPECT_EQ(Errno(Connect(*cancelled_dir, lab::kPublicB4)), "EPERM") << "judged by the contained root only";
+  ASSERT_TRUE(lab().Drain().ok());
+  EXPECT_EQ(lab().PacketsTo(lab::kPublicB4), 0u) << lab().CountersSummary();
+  EXPECT_GT(lab().PacketsTo(lab::kPublicA4), 0u) << "positive control: " << lab().CountersSummary();
 }
 
 }  // namespace
