@@ -56,6 +56,12 @@ class NftLearnedSink : public dns::LearnedAddressSink {
   explicit NftLearnedSink(NftResolvedSet& set) : set_(set) {}
   absl::Status Learn(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns,
                      uint32_t name_id) override;
+  // The incumbent's set has no eviction but its elements' own timeouts.
+  absl::Status Forget(uint64_t, const net::IpAddr& addr) override {
+    return absl::UnimplementedError("the incumbent's timeout set does not evict " + addr.ToString());
+  }
+  // The incumbent knows nothing of flows.
+  absl::StatusOr<bool> InUse(uint64_t, const net::IpAddr&) const override { return false; }
   absl::Status Commit() { return set_.Commit(); }
   size_t pending() const { return set_.pending(); }
 

@@ -27,7 +27,8 @@
 #define EGR_MAP_ALLOW6 "egr_allow6_v1"
 #define EGR_MAP_PROT4 "egr_prot4_v1"
 #define EGR_MAP_PROT6 "egr_prot6_v1"
-#define EGR_MAP_RESOLVED "egr_resolved_v1"
+#define EGR_MAP_RESOLVED "egr_resolved_v2"
+#define EGR_MAP_RESUSE "egr_resuse_v1"
 #define EGR_MAP_SOCK "egr_sock_v2"
 #define EGR_MAP_CONFIG "egr_config_v1"
 #define EGR_MAP_STATS "egr_stats_v3"
@@ -140,16 +141,36 @@ struct egr_prot_val {
 	__u32 flags; /* EGR_LPM_PLEN_SET | prefix length */
 };
 
-/* ---- egr_resolved_v1: (sandbox, address) -> allowed until expiry ----
- * Filled by the DNS proxy with the answers to names the policy allows. */
+/* ---- egr_resolved_v2: (sandbox, address) -> allowed until expiry ----
+ * Filled by the DNS proxy with the answers to names the policy allows.
+ * v2 (v1 held one name id): the rules that allowed the address, so a policy
+ * change keeps the addresses of names the new policy still allows and drops
+ * the others (docs/dns.md "Policy changes").  Written only by userspace:
+ * what the kernel counts lives in egr_resuse_v1, so a proxy's
+ * read-modify-write of an entry never loses a kernel update. */
+#define EGR_RESOLVED_NAMES 4
+
 struct egr_resolved_key {
 	__u64 sandbox_id;
 	__u8 addr[16]; /* IPv4 as ::ffff:a.b.c.d */
 };
 
 struct egr_resolved_val {
-	__u64 expires_boot_ns; /* bpf_ktime_get_boot_ns() deadline */
-	__u32 name_id;         /* which allowed name produced it (audit) */
+	__u64 expires_boot_ns; /* bpf_ktime_get_boot_ns() deadline for new flows */
+	/* NameId() of the rules that allowed it, most recent first, 0 = free
+	 * slot.  A fifth name pushes out the oldest: a change removing only
+	 * the names kept here drops the address, which fails closed (the next
+	 * answer re-learns it). */
+	__u32 name_ids[EGR_RESOLVED_NAMES];
+};
+
+/* ---- egr_resuse_v1: (sandbox, address) -> how flows use it ----
+ * Written by the programs only (created at the first connect or send that
+ * a learned address allowed); read and deleted by the collector, which
+ * keeps the learned entry of an address in use past its expiry. */
+struct egr_resuse_val {
+	__u64 last_used_ns; /* last connect/send it allowed, refreshed <= 1/s */
+	__u32 socks;        /* connected sockets holding it (connect +1, release -1) */
 	__u32 pad0;
 };
 
@@ -345,7 +366,7 @@ struct egr_event {
 	__u16 flags;    /* enum egr_event_flags */
 	__u8 match_plen;  /* EGR_MATCH_CIDR: the matched CIDR's prefix length */
 	__u8 match_flags; /* enum egr_match_flags (was a reserved u16 pad: layout kept) */
-	/* reason resolved: the name id egr_resolved_v1 holds;
+	/* reason resolved: the newest name id egr_resolved_v2 holds;
 	 * EGR_MATCH_CIDR_EMBEDDED_V4: the IPv4 address the CIDR matched */
 	__u32 match_id;
 	__u32 pad1;

@@ -28,6 +28,7 @@ absl::StatusOr<PinnedMaps> PinnedMaps::Open(const std::string& pin_root) {
   EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_PROT4, m.prot4_));
   EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_PROT6, m.prot6_));
   EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_RESOLVED, m.resolved_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_RESUSE, m.resuse_));
   EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_CONFIG, m.config_));
   EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_STATS, m.stats_));
   return m;

@@ -25,13 +25,14 @@ class PinnedMaps {
   int prot4() const { return prot4_.get(); }
   int prot6() const { return prot6_.get(); }
   int resolved() const { return resolved_.get(); }
+  int resuse() const { return resuse_.get(); }
   int config() const { return config_.get(); }
   int stats() const { return stats_.get(); }
   const std::string& pin_root() const { return pin_root_; }
 
  private:
   std::string pin_root_;
-  UniqueFd cgroups_, policy_, allow4_, allow6_, prot4_, prot6_, resolved_, config_, stats_;
+  UniqueFd cgroups_, policy_, allow4_, allow6_, prot4_, prot6_, resolved_, resuse_, config_, stats_;
 };
 
 }  // namespace egressd::maps

@@ -335,9 +335,9 @@ static __always_inline void egr_audit_match(__u64 sandbox_id, __u32 policy_id, _
 		struct egr_resolved_val *rv;
 
 		__builtin_memcpy(rk.addr, a->b, 16);
-		rv = bpf_map_lookup_elem(&egr_resolved_v1, &rk);
+		rv = bpf_map_lookup_elem(&egr_resolved_v2, &rk);
 		if (rv)
-			m->id = rv->name_id;
+			m->id = rv->name_ids[0];
 	} else if (reason == EGR_REASON_PROTECTED || reason == EGR_REASON_ALLOWED) {
 		egr_audit_match_cidr(policy_id, reason == EGR_REASON_PROTECTED, a, m);
 	}

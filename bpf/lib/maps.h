@@ -68,7 +68,16 @@ struct {
 	__type(key, struct egr_resolved_key);
 	__type(value, struct egr_resolved_val);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_resolved_v1 SEC(".maps");
+} egr_resolved_v2 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_RESOLVED);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct egr_resolved_key);
+	__type(value, struct egr_resuse_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_resuse_v1 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);

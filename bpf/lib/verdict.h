@@ -95,7 +95,7 @@ static __always_inline int egr_resolved_allowed(__u64 sandbox_id, const struct e
 	struct egr_resolved_val *v;
 
 	__builtin_memcpy(k.addr, a->b, 16);
-	v = bpf_map_lookup_elem(&egr_resolved_v1, &k);
+	v = bpf_map_lookup_elem(&egr_resolved_v2, &k);
 	return v && v->expires_boot_ns > bpf_ktime_get_boot_ns();
 }
 

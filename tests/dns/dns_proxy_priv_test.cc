@@ -57,6 +57,11 @@ class LockedSink : public LearnedAddressSink {
     (void)name_id;
     return absl::OkStatus();
   }
+  absl::Status Forget(uint64_t sandbox, const net::IpAddr& addr) override {
+    std::lock_guard<std::mutex> l(mu_);
+    return learned_.erase({sandbox, addr.ToString()}) ? absl::OkStatus() : absl::NotFoundError("not learned");
+  }
+  absl::StatusOr<bool> InUse(uint64_t, const net::IpAddr&) const override { return false; }  // no flows here
   std::set<std::string> Of(uint64_t sandbox) {
     std::lock_guard<std::mutex> l(mu_);
     std::set<std::string> out;
@@ -337,7 +342,7 @@ TEST_F(DnsProxyPriv, FullMapRemovesWhatItCouldNotHold) {
     if (*v) {
       held.push_back(a);
       EXPECT_GT((*v)->expires_boot_ns, BootTimeNs());
-      EXPECT_EQ((*v)->name_id, NameId("three.example"));
+      EXPECT_EQ((*v)->name_ids[0], NameId("three.example"));
     }
   }
   EXPECT_THAT(answered, UnorderedElementsAreArray(held));  // no answer carries an address the map lacks
@@ -386,6 +391,10 @@ TEST_F(DnsProxyPriv, ResolvedTableNeverShortensAnExpiry) {
   EXPECT_EQ((*v)->expires_boot_ns, 2000u);
   ASSERT_TRUE(t.Learn(5, a, 3000, 3).ok());
   EXPECT_EQ((*t.Get(5, a))->expires_boot_ns, 3000u);
+  // Every rule that allowed it, newest first (a policy change keeps it
+  // while any of them stays).
+  const uint32_t want[EGR_RESOLVED_NAMES] = {3, 2, 1, 0};
+  EXPECT_TRUE(std::equal(want, want + EGR_RESOLVED_NAMES, (*t.Get(5, a))->name_ids));
   EXPECT_FALSE(*t.Get(6, a));  // another sandbox holds nothing
   // IPv4 is keyed as ::ffff:a.b.c.d, the form the programs look up.
   egr_resolved_key k{};
@@ -396,6 +405,43 @@ TEST_F(DnsProxyPriv, ResolvedTableNeverShortensAnExpiry) {
   EXPECT_EQ(bpf_map_lookup_elem(fd, &k, &raw), 0);
   ASSERT_TRUE(t.RemoveSandbox(5).ok());
   EXPECT_FALSE(*t.Get(5, a));
+  close(fd);
+}
+
+// Forget deletes an entry and says NotFound for one it does not hold; InUse
+// reads what the programs count in egr_resuse_v1.
+TEST_F(DnsProxyPriv, ResolvedTableForgetsAndKnowsUse) {
+  int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "egr_resolved_f", sizeof(egr_resolved_key), sizeof(egr_resolved_val),
+                          16, nullptr);
+  int use = bpf_map_create(BPF_MAP_TYPE_HASH, "egr_resuse_f", sizeof(egr_resolved_key), sizeof(egr_resuse_val), 16,
+                           nullptr);
+  ASSERT_GE(fd, 0);
+  ASSERT_GE(use, 0);
+  const uint64_t window = 5'000'000'000ull;
+  maps::ResolvedTable t(fd, use, window);
+  net::IpAddr a = Ip("192.0.2.78"), b = Ip("2001:db8::78");
+  ASSERT_TRUE(t.Learn(5, a, 2000, 1).ok());
+  ASSERT_TRUE(t.Learn(5, b, 2000, 1).ok());
+  EXPECT_FALSE(*t.InUse(5, a));  // no flow ever used it
+  egr_resolved_key ka = maps::ResolvedKeyOf(5, a);
+  egr_resuse_val u{};
+  u.socks = 1;
+  ASSERT_EQ(bpf_map_update_elem(use, &ka, &u, BPF_ANY), 0);
+  EXPECT_TRUE(*t.InUse(5, a));
+  EXPECT_FALSE(*t.InUse(6, a));
+  u.socks = 0;
+  u.last_used_ns = dns::BootTimeNs();
+  ASSERT_EQ(bpf_map_update_elem(use, &ka, &u, BPF_ANY), 0);
+  EXPECT_TRUE(*t.InUse(5, a));  // sent to within the window
+  u.last_used_ns = dns::BootTimeNs() - 2 * window;
+  ASSERT_EQ(bpf_map_update_elem(use, &ka, &u, BPF_ANY), 0);
+  EXPECT_FALSE(*t.InUse(5, a));
+  ASSERT_TRUE(t.Forget(5, a).ok());
+  EXPECT_FALSE(*t.Get(5, a));
+  EXPECT_EQ(bpf_map_lookup_elem(use, &ka, &u), -1) << "the use record goes with the entry";
+  EXPECT_TRUE(absl::IsNotFound(t.Forget(5, a)));
+  EXPECT_TRUE(*t.Get(5, b)) << "forgetting one address keeps the others";
+  close(use);
   close(fd);
 }
 

@@ -193,6 +193,20 @@ absl::Status FakeSink::Learn(uint64_t sandbox, const net::IpAddr& addr, uint64_t
   return absl::OkStatus();
 }
 
+absl::Status FakeSink::Forget(uint64_t sandbox, const net::IpAddr& addr) {
+  const std::string a = addr.ToString();
+  auto held = [&](const Entry& e) { return e.sandbox == sandbox && e.addr == a; };
+  auto it = std::stable_partition(learned.begin(), learned.end(), [&](const Entry& e) { return !held(e); });
+  if (it == learned.end()) return absl::NotFoundError("forget " + a + ": not learned");
+  forgotten.insert(forgotten.end(), it, learned.end());
+  learned.erase(it, learned.end());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> FakeSink::InUse(uint64_t /*sandbox*/, const net::IpAddr& addr) const {
+  return std::find(in_use.begin(), in_use.end(), addr.ToString()) != in_use.end();
+}
+
 std::vector<std::string> FakeSink::Addresses() const {
   std::vector<std::string> out;
   for (const auto& e : learned) out.push_back(e.addr);

@@ -82,7 +82,13 @@ class FakeSink : public LearnedAddressSink {
     uint32_t name_id;
   };
   absl::Status Learn(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires, uint32_t name_id) override;
+  // Drops every learned entry of (sandbox, addr); NotFound when none.
+  absl::Status Forget(uint64_t sandbox, const net::IpAddr& addr) override;
+  // Whether `in_use` names the address.
+  absl::StatusOr<bool> InUse(uint64_t sandbox, const net::IpAddr& addr) const override;
   std::vector<Entry> learned;
+  std::vector<Entry> forgotten;
+  std::vector<std::string> in_use;  // addresses a flow holds
   std::vector<std::string> fail;  // addresses whose write fails (ENOSPC-like)
   std::vector<std::string> Addresses() const;
 };

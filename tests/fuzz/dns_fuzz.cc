@@ -44,6 +44,10 @@ class RecordingSink : public LearnedAddressSink {
     held.insert(addr);
     return absl::OkStatus();
   }
+  absl::Status Forget(uint64_t, const net::IpAddr& addr) override {
+    return held.erase(addr) ? absl::OkStatus() : absl::NotFoundError("not held");
+  }
+  absl::StatusOr<bool> InUse(uint64_t, const net::IpAddr&) const override { return false; }  // no flows here
   std::set<net::IpAddr> held;
 
  private:

@@ -59,10 +59,14 @@ EGR_PIN_SIZE(egr_resolved_key, 24);
 EGR_PIN_OFFSET(egr_resolved_key, sandbox_id, 0);
 EGR_PIN_OFFSET(egr_resolved_key, addr, 8);
 
-EGR_PIN_SIZE(egr_resolved_val, 16);
+EGR_PIN_SIZE(egr_resolved_val, 24);
 EGR_PIN_OFFSET(egr_resolved_val, expires_boot_ns, 0);
-EGR_PIN_OFFSET(egr_resolved_val, name_id, 8);
-EGR_PIN_OFFSET(egr_resolved_val, pad0, 12);
+EGR_PIN_OFFSET(egr_resolved_val, name_ids, 8);
+
+EGR_PIN_SIZE(egr_resuse_val, 16);
+EGR_PIN_OFFSET(egr_resuse_val, last_used_ns, 0);
+EGR_PIN_OFFSET(egr_resuse_val, socks, 8);
+EGR_PIN_OFFSET(egr_resuse_val, pad0, 12);
 
 EGR_PIN_SIZE(egr_sock_val, 64);
 EGR_PIN_OFFSET(egr_sock_val, addr, 0);
@@ -180,7 +184,7 @@ TEST(AbiLayout, MapNamesFitAndCarryVersion) {
       EGR_MAP_PROT4,    EGR_MAP_PROT6,    EGR_MAP_RESOLVED, EGR_MAP_SOCK,
       EGR_MAP_CONFIG,   EGR_MAP_STATS,  EGR_MAP_DNS,    EGR_MAP_DNSEP,
       EGR_MAP_EVENTS,   EGR_MAP_FOLD,   EGR_MAP_LOSS,   EGR_MAP_BUDGET,
-      EGR_MAP_AUDITCTL, EGR_MAP_AUDITSEQ, EGR_MAP_RCUSYNC,
+      EGR_MAP_AUDITCTL, EGR_MAP_AUDITSEQ, EGR_MAP_RCUSYNC, EGR_MAP_RESUSE,
   };
   for (const char* n : names) {
     const std::string name(n);

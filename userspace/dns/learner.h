@@ -1,13 +1,14 @@
 // Where learned addresses go, and how long they live.  The proxy releases an
 // answer only after every write for it has returned (map first): a client can
 // never hold an address the kernel does not yet allow.  maps/resolved_table.h
-// writes egr_resolved_v1; tests use a fake.
+// writes egr_resolved_v2; tests use a fake.
 #ifndef EGRESSD_USERSPACE_DNS_LEARNER_H_
 #define EGRESSD_USERSPACE_DNS_LEARNER_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "userspace/net/ip.h"
 
 namespace egressd::dns {
@@ -20,6 +21,11 @@ class LearnedAddressSink {
   // holds it, or the reason it does not (map full, ENOMEM).
   virtual absl::Status Learn(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns,
                              uint32_t name_id) = 0;
+  // Evicted by the proxy: the kernel no longer allows new flows to it.
+  // NotFound is OK (it was never learned, or already collected).
+  virtual absl::Status Forget(uint64_t sandbox, const net::IpAddr& addr) = 0;
+  // A flow holds it: a connected socket, or sends within the grace.
+  virtual absl::StatusOr<bool> InUse(uint64_t sandbox, const net::IpAddr& addr) const = 0;
 };
 
 // expiry = now + max(TTL, min_ttl) + grace.  The minimum covers clients that
