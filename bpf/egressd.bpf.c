@@ -174,3 +174,15 @@ int egr_getpeername6(struct bpf_sock_addr *ctx)
 	egr_dns_restore_peer6(ctx);
 	return 1;
 }
+
+/* A released socket lets go of the learned address its connect() held
+ * (lib/resolved_use.h).  This program type must return 1. */
+SEC("cgroup/sock_release")
+int egr_sock_release(struct bpf_sock *sk)
+{
+	struct egr_sock_val *st = bpf_sk_storage_get(&egr_sock_v2, sk, 0, 0);
+
+	if (st)
+		egr_use_drop(st);
+	return 1;
+}

@@ -67,6 +67,7 @@ constexpr ProgramSlot kPrograms[] = {
     {"egr_recvmsg6", &SkeletonPrograms::egr_recvmsg6},
     {"egr_getpeername4", &SkeletonPrograms::egr_getpeername4},
     {"egr_getpeername6", &SkeletonPrograms::egr_getpeername6},
+    {"egr_sock_release", &SkeletonPrograms::egr_sock_release},
 };
 
 std::string LinkDir(const Paths& p) { return p.pin_root + "/links"; }

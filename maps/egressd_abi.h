@@ -162,6 +162,11 @@ struct egr_resolved_val {
 	 * the names kept here drops the address, which fails closed (the next
 	 * answer re-learns it). */
 	__u32 name_ids[EGR_RESOLVED_NAMES];
+	/* Once expired, an unconnected sender that keeps sending keeps it
+	 * while its sends are at most this far apart (the lifetime's grace;
+	 * egr_resuse_v1's last_used_ns); 0: expiry is final for sends too. */
+	__u32 keep_s;
+	__u32 pad0;
 };
 
 /* ---- egr_resuse_v1: (sandbox, address) -> how flows use it ----
@@ -181,6 +186,9 @@ enum egr_sock_flags {
 	EGR_SOCK_FOREIGN_NETNS = 1 << 2, /* socket lives outside the node netns */
 	EGR_SOCK_DNS_REDIRECTED = 1 << 3, /* a query of it was steered to the
 					   * sandbox's DNS endpoint (dns_orig) */
+	EGR_SOCK_HOLDS_RESOLVED = 1 << 4, /* counted in the socks of the
+					   * egr_resuse_v1 entry of (sandbox_id, addr):
+					   * a learned address connect() allowed */
 };
 
 struct egr_sock_val {

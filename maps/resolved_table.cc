@@ -2,7 +2,10 @@
 
 #include <bpf/bpf.h>
 
+#include <time.h>
+
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +13,12 @@
 #include "userspace/common/errors.h"
 
 namespace egressd::maps {
+
+uint64_t BootClockNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 egr_resolved_key ResolvedKeyOf(uint64_t sandbox, const net::IpAddr& addr) {
   egr_resolved_key k{};
@@ -51,10 +60,16 @@ absl::Status ResolvedTable::Learn(uint64_t sandbox, const net::IpAddr& addr, uin
     v.expires_boot_ns = expires_boot_ns;
     v.name_ids[0] = name_id;
   }
+  const uint32_t keep_s = static_cast<uint32_t>(window_ns_ / 1'000'000'000ull);
+  if (v.keep_s != keep_s) {
+    v.keep_s = keep_s;  // the lifetime in force now (a config change)
+    changed = true;
+  }
   if (!changed) return absl::OkStatus();
   if (bpf_map_update_elem(fd_, &k, &v, BPF_ANY) != 0) {
     return ErrnoStatus(errno, absl::StrCat("learn ", addr.ToString(), " for sandbox ", sandbox, " in ", EGR_MAP_RESOLVED));
   }
+  if (on_write_) on_write_(v.expires_boot_ns);
   return absl::OkStatus();
 }
 
@@ -79,7 +94,7 @@ absl::StatusOr<bool> ResolvedTable::InUse(uint64_t sandbox, const net::IpAddr& a
   if (!u.ok()) return u.status();
   if (!*u) return false;
   if ((*u)->socks > 0) return true;
-  uint64_t now = dns::BootTimeNs();
+  uint64_t now = BootClockNs();
   return (*u)->last_used_ns != 0 && now < (*u)->last_used_ns + window_ns_;
 }
 
@@ -98,6 +113,48 @@ absl::StatusOr<std::optional<egr_resuse_val>> ResolvedTable::Use(uint64_t sandbo
   if (bpf_map_lookup_elem(use_fd_, &k, &v) == 0) return v;
   if (errno == ENOENT) return std::nullopt;
   return ErrnoStatus(errno, absl::StrCat("lookup ", addr.ToString(), " for sandbox ", sandbox, " in ", EGR_MAP_RESUSE));
+}
+
+absl::StatusOr<uint64_t> ResolvedTable::KeepRules(uint64_t sandbox, const std::vector<uint32_t>& rule_ids) {
+  auto allowed = [&](uint32_t id) {
+    return id != 0 && std::find(rule_ids.begin(), rule_ids.end(), id) != rule_ids.end();
+  };
+  uint64_t dropped = 0;
+  for (const auto& [k, v] : AllEntries<egr_resolved_key, egr_resolved_val>(fd_)) {
+    if (k.sandbox_id != sandbox || std::any_of(std::begin(v.name_ids), std::end(v.name_ids), allowed)) continue;
+    if (bpf_map_delete_elem(fd_, &k) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, absl::StrCat("drop the addresses of removed names of sandbox ", sandbox, " in ",
+                                             EGR_MAP_RESOLVED));
+    }
+    if (use_fd_ >= 0 && bpf_map_delete_elem(use_fd_, &k) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, absl::StrCat("drop the addresses of removed names of sandbox ", sandbox, " in ",
+                                             EGR_MAP_RESUSE));
+    }
+    ++dropped;
+  }
+  return dropped;
+}
+
+absl::StatusOr<std::vector<LearnedEntry>> ResolvedTable::List(size_t max, uint64_t* total) const {
+  std::vector<LearnedEntry> out;
+  const auto keys = AllKeys<egr_resolved_key>(fd_);
+  if (total) *total = keys.size();
+  for (const auto& k : keys) {
+    if (out.size() >= max) break;
+    egr_resolved_val v{};
+    if (bpf_map_lookup_elem(fd_, &k, &v) != 0) continue;  // collected meanwhile
+    std::array<uint8_t, 16> b;
+    std::copy(k.addr, k.addr + 16, b.begin());
+    static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    const net::IpAddr a = std::equal(kMapped, kMapped + 12, b.begin())
+                              ? net::IpAddr::V4({b[12], b[13], b[14], b[15]})
+                              : net::IpAddr::V6(b);
+    LearnedEntry e{k.sandbox_id, a, v, std::nullopt};
+    egr_resuse_val u{};
+    if (use_fd_ >= 0 && bpf_map_lookup_elem(use_fd_, &k, &u) == 0) e.use = u;
+    out.push_back(e);
+  }
+  return out;
 }
 
 absl::Status ResolvedTable::RemoveSandbox(uint64_t sandbox) {

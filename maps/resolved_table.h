@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "maps/egressd_abi.h"
@@ -14,6 +16,14 @@
 #include "userspace/net/ip.h"
 
 namespace egressd::maps {
+
+// One learned address as status shows it.
+struct LearnedEntry {
+  uint64_t sandbox;
+  net::IpAddr addr;
+  egr_resolved_val learned;
+  std::optional<egr_resuse_val> use;
+};
 
 class ResolvedTable : public dns::LearnedAddressSink {
  public:
@@ -37,8 +47,20 @@ class ResolvedTable : public dns::LearnedAddressSink {
 
   absl::StatusOr<std::optional<egr_resolved_val>> Get(uint64_t sandbox, const net::IpAddr& addr) const;
   absl::StatusOr<std::optional<egr_resuse_val>> Use(uint64_t sandbox, const net::IpAddr& addr) const;
+  // A policy change: deletes every entry of `sandbox` (and its use record)
+  // that no rule of `rule_ids` (NameId() of the new policy's names and
+  // wildcards) learned, at once, flows or not; keeps the others with their
+  // expiries.  Returns how many went.
+  absl::StatusOr<uint64_t> KeepRules(uint64_t sandbox, const std::vector<uint32_t>& rule_ids);
+  // At most `max` entries (all sandboxes), with their use; `total` (may be
+  // null) gets how many there are.
+  absl::StatusOr<std::vector<LearnedEntry>> List(size_t max, uint64_t* total = nullptr) const;
   // Every entry of `sandbox` (its cgroup went away).
   absl::Status RemoveSandbox(uint64_t sandbox);
+
+  // Called on the writer's thread after each write with the entry's expiry
+  // (the collector re-arms for an earlier deadline).
+  void OnWrite(std::function<void(uint64_t)> f) { on_write_ = std::move(f); }
 
   static uint64_t DefaultWindowNs() { return uint64_t{dns::Lifetime{}.grace_s} * 1'000'000'000ull; }
 
@@ -46,7 +68,11 @@ class ResolvedTable : public dns::LearnedAddressSink {
   int fd_;
   int use_fd_;
   uint64_t window_ns_;
+  std::function<void(uint64_t)> on_write_;
 };
+
+// CLOCK_BOOTTIME now (bpf_ktime_get_boot_ns()); maps/ does not link the proxy.
+uint64_t BootClockNs();
 
 // The key both maps use.
 egr_resolved_key ResolvedKeyOf(uint64_t sandbox, const net::IpAddr& addr);

@@ -54,7 +54,7 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 	struct egr_decision d;
 	struct bpf_sock *sk;
 	struct egr_pkt p = {};
-	int parsed, unspecified;
+	int parsed, unspecified, to_peer;
 
 	if (!sb)
 		return egr_decide(EGR_PASS, EGR_REASON_NOT_SANDBOX);
@@ -126,7 +126,11 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 			return egr_decide(EGR_PASS, EGR_REASON_INBOUND_TCP); /* listener or accepted */
 	}
 
-	d = egr_judge_once(sb, pol, &p.dst, p.dport);
+	/* A socket connected to a learned address keeps it across a policy
+	 * change while the entry exists (the change deleted the entries of
+	 * names it removed); unconnected sends count as sends. */
+	to_peer = st && (st->flags & EGR_SOCK_CONNECTED) && egr_addr_eq(&p.dst, st->addr);
+	d = egr_judge_use_once(sb, pol, &p.dst, p.dport, to_peer ? EGR_RES_HELD : EGR_RES_SEND);
 	if (!egr_passes(d))
 		/* An audit-only sandbox's would-deny returns here, before the
 		 * routing-header hops: a source-routed packet to a destination
@@ -141,7 +145,7 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 	}
 
 	/* The policy was flipped and still allows this connection: carry on. */
-	if (st && (st->flags & EGR_SOCK_CONNECTED) && egr_addr_eq(&p.dst, st->addr))
+	if (to_peer)
 		st->policy_id = sb->policy_id;
 	return d;
 }

@@ -28,23 +28,32 @@ static __always_inline struct egr_decision egr_decision_unpack(int packed)
 	return egr_decide((packed >> 8) & 0xff, packed & 0xff);
 }
 
-/* port is in host order (a __u32 only because a global function's scalar
- * arguments arrive as full registers). */
+/* port is in host order and use an enum egr_resolved_use (__u32s only
+ * because a global function's scalar arguments arrive as full registers). */
 __noinline int egr_judge_once_packed(const struct egr_cgroup_val *sb,
 				     const struct egr_policy_val *pol,
-				     const struct egr_addr *a, __u32 port)
+				     const struct egr_addr *a, __u32 port, __u32 use)
 {
 	if (!sb || !pol || !a)
 		return egr_decision_pack(egr_decide(EGR_DENY_REJECT, EGR_REASON_NO_POLICY));
-	return egr_decision_pack(egr_judge(sb, pol, a, (__u16)port));
+	return egr_decision_pack(egr_judge_use(sb, pol, a, (__u16)port, (int)use));
 }
 
-/* egr_judge, verified once: same arguments, same decision. */
+/* egr_judge_use, verified once: same arguments, same decision. */
+static __always_inline struct egr_decision egr_judge_use_once(const struct egr_cgroup_val *sb,
+							      const struct egr_policy_val *pol,
+							      const struct egr_addr *a, __u16 port,
+							      int use)
+{
+	return egr_decision_unpack(egr_judge_once_packed(sb, pol, a, port, (__u32)use));
+}
+
+/* egr_judge, verified once: a new destination. */
 static __always_inline struct egr_decision egr_judge_once(const struct egr_cgroup_val *sb,
 							  const struct egr_policy_val *pol,
 							  const struct egr_addr *a, __u16 port)
 {
-	return egr_decision_unpack(egr_judge_once_packed(sb, pol, a, port));
+	return egr_judge_use_once(sb, pol, a, port, EGR_RES_NEW);
 }
 
 #endif

@@ -14,6 +14,7 @@
 #include "lib/judge_once.h"
 #include "lib/dns_redirect.h"
 #include "lib/audit_mode.h"
+#include "lib/resolved_use.h"
 
 /* is_v4 is a constant per program: each SEC() wrapper gets straight-line
  * context reads (the verifier rejects a computed context pointer). */
@@ -68,7 +69,7 @@ enum egr_note {
 static __always_inline int egr_note_socket(struct bpf_sock_addr *ctx,
 					    const struct egr_cgroup_val *sb,
 					    const struct egr_addr *a,
-					    enum egr_note note, int foreign)
+					    enum egr_note note, int foreign, int resolved)
 {
 	struct bpf_sock *sk = ctx->sk;
 	struct egr_sock_val *st;
@@ -81,17 +82,23 @@ static __always_inline int egr_note_socket(struct bpf_sock_addr *ctx,
 		return 0;
 	switch (note) {
 	case EGR_NOTE_CONNECT_ALLOWED:
+		egr_use_drop(st); /* a connected UDP socket connecting elsewhere */
 		__builtin_memcpy(st->addr, a->b, 16);
 		st->port = (__u16)ctx->user_port;
 		st->policy_id = sb->policy_id;
 		st->sandbox_id = sb->sandbox_id;
 		st->flags = EGR_SOCK_ACTIVE | EGR_SOCK_CONNECTED | netns_flag;
+		if (resolved)
+			egr_use_hold(st);
 		break;
 	case EGR_NOTE_CONNECT_DENIED:
+		egr_use_drop(st);
 		st->flags = EGR_SOCK_ACTIVE | netns_flag;
 		break;
 	case EGR_NOTE_SENDMSG:
 		st->flags |= EGR_SOCK_ACTIVE | netns_flag;
+		if (resolved)
+			egr_use_send(sb->sandbox_id, a);
 		break;
 	}
 	return 1;
@@ -130,7 +137,7 @@ static __always_inline struct egr_decision egr_sock_addr_judge(struct bpf_sock_a
 		return egr_decide(EGR_PASS, EGR_REASON_DNS_ENDPOINT);
 	case EGR_DNS_REFUSED:
 		if (is_connect) /* the socket keeps no record of an allowed destination */
-			egr_note_socket(ctx, sb, &dst, EGR_NOTE_CONNECT_DENIED, foreign);
+			egr_note_socket(ctx, sb, &dst, EGR_NOTE_CONNECT_DENIED, foreign, 0);
 		return egr_decide(EGR_DENY_REJECT, EGR_REASON_DNS_REFUSED);
 	default:
 		break;
@@ -144,15 +151,19 @@ static __always_inline struct egr_decision egr_sock_addr_judge(struct bpf_sock_a
 	else if (foreign && egr_addr_is_loopback(&dst))
 		d = egr_decide(EGR_PASS, EGR_REASON_OWN_LOOPBACK);
 	else
-		d = egr_audit_only(pol, egr_judge_once(sb, pol, &dst, port));
+		/* A connect needs an unexpired learned address; a send also
+		 * passes while the sandbox's sends keep one (QUIC). */
+		d = egr_audit_only(pol, egr_judge_use_once(sb, pol, &dst, port,
+								   is_connect ? EGR_RES_NEW : EGR_RES_SEND));
 
 	if (egr_lets_through(d)) { /* a would-deny is a connection like any other */
 		egr_note_socket(ctx, sb, &dst,
-				is_connect ? EGR_NOTE_CONNECT_ALLOWED : EGR_NOTE_SENDMSG, foreign);
+				is_connect ? EGR_NOTE_CONNECT_ALLOWED : EGR_NOTE_SENDMSG, foreign,
+				d.reason == EGR_REASON_RESOLVED);
 		return d;
 	}
 	if (!egr_note_socket(ctx, sb, &dst,
-			     is_connect ? EGR_NOTE_CONNECT_DENIED : EGR_NOTE_SENDMSG, foreign))
+			     is_connect ? EGR_NOTE_CONNECT_DENIED : EGR_NOTE_SENDMSG, foreign, 0))
 		d.action = EGR_DENY_REJECT;
 	return d;
 }

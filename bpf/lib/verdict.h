@@ -89,21 +89,42 @@ static __always_inline int egr_embedded_v4_protected(__u32 policy_id, const stru
 	return 0;
 }
 
-static __always_inline int egr_resolved_allowed(__u64 sandbox_id, const struct egr_addr *a)
+/* How long a learned address lets a flow through (docs/dns.md "Lifetimes"). */
+enum egr_resolved_use {
+	EGR_RES_NEW = 0,  /* a new connection: until its expiry */
+	EGR_RES_SEND = 1, /* a send: also while the sandbox's sends to it keep it */
+	EGR_RES_HELD = 2, /* a socket connected to it: while the entry exists,
+			   * i.e. while the policy still allows a name that
+			   * learned it (a change deletes the others) */
+};
+
+static __always_inline int egr_resolved_allowed(__u64 sandbox_id, const struct egr_addr *a, int use)
 {
 	struct egr_resolved_key k = { .sandbox_id = sandbox_id };
 	struct egr_resolved_val *v;
+	struct egr_resuse_val *u;
+	__u64 now;
 
 	__builtin_memcpy(k.addr, a->b, 16);
 	v = bpf_map_lookup_elem(&egr_resolved_v2, &k);
-	return v && v->expires_boot_ns > bpf_ktime_get_boot_ns();
+	if (!v)
+		return 0;
+	if (use == EGR_RES_HELD)
+		return 1;
+	now = bpf_ktime_get_boot_ns();
+	if (v->expires_boot_ns > now)
+		return 1;
+	if (use != EGR_RES_SEND)
+		return 0;
+	u = bpf_map_lookup_elem(&egr_resuse_v1, &k);
+	return u && u->last_used_ns && now - u->last_used_ns < (__u64)v->keep_s * 1000000000ull;
 }
 
 /* The policy's decision for one destination of sandbox sb.  port is in host
- * order. */
-static __always_inline struct egr_decision egr_judge(const struct egr_cgroup_val *sb,
-						     const struct egr_policy_val *pol,
-						     const struct egr_addr *a, __u16 port)
+ * order; use: how a learned address counts (enum egr_resolved_use). */
+static __always_inline struct egr_decision egr_judge_use(const struct egr_cgroup_val *sb,
+							 const struct egr_policy_val *pol,
+							 const struct egr_addr *a, __u16 port, int use)
 {
 	__u32 pid = sb->policy_id;
 
@@ -120,11 +141,19 @@ static __always_inline struct egr_decision egr_judge(const struct egr_cgroup_val
 		if (egr_v6_allowed(pid, a, port))
 			return egr_decide(EGR_PASS, EGR_REASON_ALLOWED);
 	}
-	if (egr_resolved_allowed(sb->sandbox_id, a))
+	if (egr_resolved_allowed(sb->sandbox_id, a, use))
 		return egr_decide(EGR_PASS, EGR_REASON_RESOLVED);
 	if (pol->default_verdict == EGR_VERDICT_ALLOW)
 		return egr_decide(EGR_PASS, EGR_REASON_DEFAULT);
 	return egr_deny(pol, EGR_REASON_DEFAULT);
+}
+
+/* A new destination: a learned address counts until its expiry. */
+static __always_inline struct egr_decision egr_judge(const struct egr_cgroup_val *sb,
+						     const struct egr_policy_val *pol,
+						     const struct egr_addr *a, __u16 port)
+{
+	return egr_judge_use(sb, pol, a, port, EGR_RES_NEW);
 }
 
 #endif

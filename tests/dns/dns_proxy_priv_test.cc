@@ -24,10 +24,12 @@
 #include <gtest/gtest.h>
 
 #include "maps/egressd_abi.h"
+#include "maps/resolved_collector.h"
 #include "maps/resolved_table.h"
 #include "lab_dns.h"
 #include "tests/dns/dns_wire.h"
 #include "userspace/dns/proxy.h"
+#include "userspace/dns/scope.h"
 #include "userspace/policy/floor.h"
 
 namespace egressd::dns {
@@ -149,7 +151,7 @@ class DnsProxyPriv : public ::testing::Test {
                                             {"wild.example"}),
                                     a);
     if (st.ok()) st = proxy_->Serve(ScopeOf(kSandboxB, {"b-only.example"}, {}), b);
-    // A real egr_resolved_v1-shaped map with room for two entries: the
+    // A real egr_resolved_v2-shaped map with room for two entries: the
     // third write of an answer fails as a full map does.
     map_fd_ = bpf_map_create(BPF_MAP_TYPE_HASH, "egr_resolved_t", sizeof(egr_resolved_key), sizeof(egr_resolved_val),
                              2, nullptr);
@@ -441,6 +443,97 @@ TEST_F(DnsProxyPriv, ResolvedTableForgetsAndKnowsUse) {
   EXPECT_EQ(bpf_map_lookup_elem(use, &ka, &u), -1) << "the use record goes with the entry";
   EXPECT_TRUE(absl::IsNotFound(t.Forget(5, a)));
   EXPECT_TRUE(*t.Get(5, b)) << "forgetting one address keeps the others";
+  close(use);
+  close(fd);
+}
+
+// One sweep of the collector: expired entries no flow uses go with their
+// use record; an expired one a socket holds, or a send kept within its keep,
+// stays; unexpired ones stay and give the next deadline; use records
+// without an entry and without holders go.
+TEST_F(DnsProxyPriv, CollectorSweepsExpiredEntriesNoFlowUses) {
+  int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "egr_resolved_c", sizeof(egr_resolved_key), sizeof(egr_resolved_val),
+                          64, nullptr);
+  int use = bpf_map_create(BPF_MAP_TYPE_HASH, "egr_resuse_c", sizeof(egr_resolved_key), sizeof(egr_resuse_val), 64,
+                           nullptr);
+  ASSERT_GE(fd, 0);
+  ASSERT_GE(use, 0);
+  const uint64_t s = 1'000'000'000ull;
+  maps::ResolvedTable t(fd, use, 10 * s);  // keep_s 10
+  const uint64_t now = maps::BootClockNs();
+  const net::IpAddr expired = Ip("192.0.2.1"), held = Ip("192.0.2.2"), sending = Ip("192.0.2.3"),
+                    quiet = Ip("192.0.2.4"), live = Ip("192.0.2.5"), orphan = Ip("192.0.2.6");
+  for (const auto& a : {expired, held, sending, quiet}) ASSERT_TRUE(t.Learn(7, a, now - s, 1).ok());
+  ASSERT_TRUE(t.Learn(7, live, now + 30 * s, 1).ok());
+  auto put_use = [&](const net::IpAddr& a, uint32_t socks, uint64_t last) {
+    egr_resolved_key k = maps::ResolvedKeyOf(7, a);
+    egr_resuse_val u{};
+    u.socks = socks;
+    u.last_used_ns = last;
+    ASSERT_EQ(bpf_map_update_elem(use, &k, &u, BPF_ANY), 0);
+  };
+  put_use(held, 1, now - 100 * s);
+  put_use(sending, 0, now - 2 * s);
+  put_use(quiet, 0, now - 20 * s);
+  put_use(orphan, 0, now - 20 * s);
+  auto r = maps::SweepResolved(fd, use, now);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->collected, 2u);  // expired, quiet
+  EXPECT_EQ(r->kept_in_use, 2u);  // held, sending
+  EXPECT_EQ(r->use_orphans, 1u);
+  EXPECT_TRUE(r->held_expired);
+  ASSERT_TRUE(r->next_deadline_ns);
+  EXPECT_EQ(*r->next_deadline_ns, now - 2 * s + 10 * s) << "the send's keep ends before the live entry's expiry";
+  EXPECT_FALSE(*t.Get(7, expired));
+  EXPECT_FALSE(*t.Get(7, quiet));
+  EXPECT_FALSE(*t.Use(7, quiet)) << "the use record goes with its entry";
+  EXPECT_FALSE(*t.Use(7, orphan));
+  EXPECT_TRUE(*t.Get(7, held));
+  EXPECT_TRUE(*t.Get(7, sending));
+  EXPECT_TRUE(*t.Get(7, live));
+  // Once the holder is gone and the keep has passed, they go too.
+  put_use(held, 0, now - 100 * s);
+  r = maps::SweepResolved(fd, use, now + 20 * s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->collected, 2u);
+  EXPECT_TRUE(*t.Get(7, live));
+  close(use);
+  close(fd);
+}
+
+// A policy change keeps the addresses any rule of the new policy learned and
+// drops the others (with their use), in this sandbox only.
+TEST_F(DnsProxyPriv, KeepRulesDropsOnlyAddressesOfRemovedRules) {
+  int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "egr_resolved_k", sizeof(egr_resolved_key), sizeof(egr_resolved_val),
+                          16, nullptr);
+  int use = bpf_map_create(BPF_MAP_TYPE_HASH, "egr_resuse_k", sizeof(egr_resolved_key), sizeof(egr_resuse_val), 16,
+                           nullptr);
+  ASSERT_GE(fd, 0);
+  ASSERT_GE(use, 0);
+  maps::ResolvedTable t(fd, use);
+  const uint32_t kept = NameId("kept.example"), gone = NameId("gone.example"), wild = NameId("*.w.example");
+  const net::IpAddr only_gone = Ip("192.0.2.21"), both = Ip("192.0.2.22"), by_wild = Ip("192.0.2.23");
+  ASSERT_TRUE(t.Learn(8, only_gone, 5000, gone).ok());
+  ASSERT_TRUE(t.Learn(8, both, 5000, gone).ok());
+  ASSERT_TRUE(t.Learn(8, both, 4000, kept).ok());
+  ASSERT_TRUE(t.Learn(8, by_wild, 5000, wild).ok());
+  ASSERT_TRUE(t.Learn(9, only_gone, 5000, gone).ok());  // another sandbox
+  egr_resolved_key k = maps::ResolvedKeyOf(8, only_gone);
+  egr_resuse_val u{};
+  u.socks = 1;  // a flow: a removed name's address goes all the same
+  ASSERT_EQ(bpf_map_update_elem(use, &k, &u, BPF_ANY), 0);
+  policy::CompiledPolicy p;
+  p.names = {"kept.example"};
+  p.wildcard_suffixes = {"w.example"};
+  auto dropped = t.KeepRules(8, RuleIds(p));
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_EQ(*dropped, 1u);
+  EXPECT_FALSE(*t.Get(8, only_gone));
+  EXPECT_FALSE(*t.Use(8, only_gone));
+  ASSERT_TRUE(*t.Get(8, both));
+  EXPECT_EQ((*t.Get(8, both))->expires_boot_ns, 5000u) << "kept with its expiry";
+  EXPECT_TRUE(*t.Get(8, by_wild));
+  EXPECT_TRUE(*t.Get(9, only_gone));
   close(use);
   close(fd);
 }

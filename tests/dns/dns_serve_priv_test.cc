@@ -1,5 +1,5 @@
 // `egressctl dns serve` on a loaded instance: it serves the endpoint a
-// sandbox's record names, learns into the pinned egr_resolved_v1, and picks
+// sandbox's record names, learns into the pinned egr_resolved_v2, and picks
 // up records written and removed while it runs (inotify), announcing each on
 // stdout (no sleeps: the test waits for those lines).
 #include <bpf/bpf.h>

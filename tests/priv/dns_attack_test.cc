@@ -211,7 +211,7 @@ class DnsAttack : public ::testing::Test {
     EXPECT_EQ(lines.size(), 1u) << r.Describe();
     return lines.empty() ? ProbeLine{} : lines[0];
   }
-  // Whether egr_resolved_v1 holds `addr` for sandbox s (read from the kernel).
+  // Whether egr_resolved_v2 holds `addr` for sandbox s (read from the kernel).
   bool Learned(const Sandbox& s, const std::string& addr) {
     int fd = bpf_obj_get((Shared().pin_root() + "/" EGR_MAP_RESOLVED).c_str());
     EXPECT_GE(fd, 0) << "open pinned " << EGR_MAP_RESOLVED << ": " << strerror(errno);
@@ -254,7 +254,7 @@ class DnsAttack : public ::testing::Test {
 // hand-built on a raw socket with A's own source address, with another pod's
 // source, and from sandbox B's own UDP and TCP sockets.  None is answered
 // (nothing leaves the endpoint), forwarded (the upstream's log) or learned
-// (egr_resolved_v1), while A's own redirected query, right after, is all
+// (egr_resolved_v2), while A's own redirected query, right after, is all
 // three.  What stops them: the backstop (bpf/lib/dns_redirect.h) drops a
 // packet to an endpoint unless a redirected socket of the endpoint's own
 // sandbox sends it, and the sock_addr hooks refuse naming an endpoint.

@@ -4,7 +4,7 @@
 // 8.8.8.8 or a cluster DNS service; its query reaches its own endpoint on the
 // pod gateway; the proxy asks the lab's upstream (a dnsmasq in the world at
 // 198.51.100.8) only for names in scope, learns the answer into that
-// sandbox's egr_resolved_v1 entries before releasing it, and the pod's
+// sandbox's egr_resolved_v2 entries before releasing it, and the pod's
 // connect to the learned address then succeeds.  The world's 8.8.8.8 (also
 // a dnsmasq, answering differently) must see nothing.  Clients: dig, glibc
 // (getent) and egressd-probe, which the 6.1 guest carries (no python3; no

@@ -113,8 +113,8 @@ TEST_F(Failures, RefusedAttachOnAFreshLoadRollsBackTheLinksAlreadyAttached) {
   // And the instance is usable afterwards: the next load attaches everything.
   RunResult again = inst.Ctl({"load"});
   EXPECT_EQ(again.exit_code, 0) << again.Describe();
-  // Ten cgroup links, and four LSM links where the bpf LSM is in force.
-  EXPECT_EQ(LinkPrograms(inst.pins()).size(), inst.Status().value("socket_containment", false) ? 14u : 10u);
+  // Eleven cgroup links, and four LSM links where the bpf LSM is in force.
+  EXPECT_EQ(LinkPrograms(inst.pins()).size(), inst.Status().value("socket_containment", false) ? 15u : 11u);
 }
 
 TEST_F(Failures, RefusedUpdateOnAnUpgradePutsTheOldProgramsBack) {

@@ -163,11 +163,11 @@ TEST_F(Lifecycle, LoadingTwiceIsIdempotentAndKeepsSandboxes) {
   ASSERT_EQ(Shared().Ctl({"sandbox", "add", "--cgroup", *cg, "--egress", kPublicD4}).exit_code, 0);
   RunResult again = Shared().Ctl({"load"});
   ASSERT_EQ(again.exit_code, 0) << again.Describe();
-  // Ten cgroup links, and four LSM links where the bpf LSM is in force.
+  // Eleven cgroup links, and four LSM links where the bpf LSM is in force.
   RunResult status = Shared().Ctl({"status", "--json"});
   const bool lsm = absl::StrContains(status.out, "\"socket_containment\": true");
-  EXPECT_TRUE(absl::StrContains(again.out, lsm ? "0 link(s) attached, 14 updated in place"
-                                              : "0 link(s) attached, 10 updated in place"))
+  EXPECT_TRUE(absl::StrContains(again.out, lsm ? "0 link(s) attached, 15 updated in place"
+                                              : "0 link(s) attached, 11 updated in place"))
       << again.out;
   EXPECT_EQ(ProbeIn(*cg, {"tcp", kPublicE4, "80"})["errno"], "EPERM");
   EXPECT_TRUE(Ok(ProbeIn(*cg, {"tcp", kPublicD4, "80"})));

@@ -74,10 +74,12 @@ struct Bad {
 const Bad kBad[] = {
     {"DnsNotAMapping",
      "dns: [198.51.100.8]",
-     {"deployment setting \"dns\": must be a mapping (upstreams, endpoint4, endpoint6)"}},
+     {"deployment setting \"dns\": must be a mapping (upstreams, endpoint4, endpoint6, minTtlSeconds, "
+      "graceSeconds)"}},
     {"UnknownKeyUnderDns",
      "dns: {upstream: 198.51.100.8}",
-     {"deployment setting \"dns.upstream\": unknown key; valid: \"upstreams\", \"endpoint4\", \"endpoint6\""}},
+     {"deployment setting \"dns.upstream\": unknown key; valid: \"upstreams\", \"endpoint4\", \"endpoint6\", "
+      "\"minTtlSeconds\", \"graceSeconds\""}},
     {"UpstreamNotAString",
      "dns: {upstreams: [[198.51.100.8]]}",
      {"deployment setting \"dns.upstreams[0]\": must be a string"}},
@@ -134,6 +136,18 @@ const Bad kBad[] = {
       "deployment setting dns.upstreams[1] \"192.0.2.1:0\": port is not 1-65535",
       "deployment setting dns.endpoint4 \"::1\": is not an IPv4 unicast address",
       "deployment setting dns.endpoint6 \"127.0.0.1\": is not an IPv6 unicast address"}},
+    {"MinTtlNotANumber",
+     "dns: {minTtlSeconds: 5m}",
+     {"deployment setting dns.minTtlSeconds \"5m\": is not a whole number of seconds from 0 to 86400"}},
+    {"MinTtlPastADay",
+     "dns: {minTtlSeconds: 86401}",
+     {"deployment setting dns.minTtlSeconds \"86401\": is not a whole number of seconds from 0 to 86400"}},
+    {"GraceNegative",
+     "dns: {graceSeconds: -1}",
+     {"deployment setting dns.graceSeconds \"-1\": is not a whole number of seconds from 0 to 3600"}},
+    {"GracePastAnHour",
+     "dns: {graceSeconds: 3601}",
+     {"deployment setting dns.graceSeconds \"3601\": is not a whole number of seconds from 0 to 3600"}},
 };
 
 class DnsSettingsBad : public testing::TestWithParam<Bad> {};
@@ -144,6 +158,23 @@ TEST_P(DnsSettingsBad, IsRefusedNamingTheValue) {
   ASSERT_FALSE(d.ok()) << v.yaml;
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Lines(d.status()), v.errors);
+}
+
+// The lifetime of learned addresses: unset keeps the proxy's defaults; both
+// bounds are accepted.
+TEST(DnsSettings, LifetimeSecondsParse) {
+  auto none = ParseDeploymentConfig("dns: {upstreams: 198.51.100.8}", "egressd.yaml", nullptr);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->dns.min_ttl_s, std::nullopt);
+  EXPECT_EQ(none->dns.grace_s, std::nullopt);
+  auto both = ParseDeploymentConfig("dns: {minTtlSeconds: 600, graceSeconds: 0}", "egressd.yaml", nullptr);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->dns.min_ttl_s, 600u);
+  EXPECT_EQ(both->dns.grace_s, 0u);
+  auto max = ParseDeploymentConfig("dns: {minTtlSeconds: 86400, graceSeconds: 3600}", "egressd.yaml", nullptr);
+  ASSERT_TRUE(max.ok()) << max.status();
+  EXPECT_EQ(max->dns.min_ttl_s, 86400u);
+  EXPECT_EQ(max->dns.grace_s, 3600u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rules, DnsSettingsBad, testing::ValuesIn(kBad),

@@ -6,19 +6,24 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "loader/loader.h"
 #include "userspace/common/instance_lock.h"
 #include "loader/probe.h"
 #include "maps/pinned_maps.h"
 #include "maps/lpm_keys.h"
 #include "maps/policy_store.h"
+#include "maps/resolved_table.h"
 #include "maps/sandbox_table.h"
 #include "maps/stats.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
 #include "userspace/control/reconcile.h"
 #include "userspace/control/sandbox_record.h"
+#include "userspace/common/errors.h"
+#include "userspace/dns/scope.h"
 #include "userspace/audit/lifecycle.h"
 #include "userspace/audit/user_events.h"
 
@@ -84,6 +89,48 @@ int CmdProbe(const Paths& paths) {
     all_ok &= i.ok || !i.required;
   }
   return all_ok ? kExitOk : kExitFailure;
+}
+
+// The learned addresses with their provenance: the rules that allowed each
+// (named from the sandbox's record; "#id" for a rule it no longer has),
+// expiry, and the flows that use it.  At most kShown entries.
+static absl::Status PutLearned(const maps::PinnedMaps& m, const std::vector<control::SandboxRecord>& records,
+                        nlohmann::json& j) {
+  constexpr size_t kShown = 10000;
+  std::map<std::pair<uint64_t, uint32_t>, std::string> rule_names;
+  for (const auto& r : records) {
+    for (const auto* ref : {&r.current.policy, r.previous ? &r.previous->policy : nullptr}) {
+      if (!ref || !*ref) continue;
+      for (const auto& n : (*ref)->names) rule_names[{r.cgroup_id, dns::NameId(n.name)}] = n.name;
+      for (const auto& w : (*ref)->wildcard_suffixes) {
+        rule_names[{r.cgroup_id, dns::NameId("*." + w.name)}] = "*." + w.name;
+      }
+    }
+  }
+  uint64_t total = 0;
+  maps::ResolvedTable table(m);
+  EGR_ASSIGN_OR_RETURN(auto entries, table.List(kShown, &total));
+  const uint64_t now = maps::BootClockNs();
+  auto seconds = [](uint64_t a, uint64_t b) { return static_cast<int64_t>((static_cast<__int128>(a) - b) / 1'000'000'000); };
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& e : entries) {
+    std::vector<std::string> rules;
+    for (uint32_t id : e.learned.name_ids) {
+      if (id == 0) continue;
+      auto it = rule_names.find({e.sandbox, id});
+      rules.push_back(it != rule_names.end() ? it->second : absl::StrCat("#", id));
+    }
+    nlohmann::json x = {{"sandbox", e.sandbox},
+                        {"address", e.addr.ToString()},
+                        {"expires_in_s", seconds(e.learned.expires_boot_ns, now)},
+                        {"keep_s", e.learned.keep_s},
+                        {"rules", rules},
+                        {"socks", e.use ? e.use->socks : 0}};
+    if (e.use && e.use->last_used_ns) x["last_used_s_ago"] = seconds(now, e.use->last_used_ns);
+    list.push_back(std::move(x));
+  }
+  j["learned"] = {{"total", total}, {"shown", list.size()}, {"entries", std::move(list)}};
+  return absl::OkStatus();
 }
 
 int CmdStatus(const Paths& paths, bool json) {
@@ -152,6 +199,7 @@ int CmdStatus(const Paths& paths, bool json) {
                       {"orphan_keys", c.orphan_keys},
                       {"dangling_entries", c.dangling_entries}};
   for (int i = 0; i < EGR_STAT_MAX; ++i) j["counters"][maps::CounterName(i)] = stats[i];
+  if (absl::Status s = PutLearned(*m, *records, j); !s.ok()) return Report(s);
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
@@ -175,6 +223,16 @@ int CmdStatus(const Paths& paths, bool json) {
     std::printf("  record %-12s %s%s%s\n", std::to_string(r.cgroup_id).c_str(),
                 r.cgroup_path.empty() ? "(path unknown)" : r.cgroup_path.c_str(), labels.c_str(),
                 r.current.policy ? "" : " (names unknown)");
+  }
+  for (const auto& e : j["learned"]["entries"]) {
+    const int64_t left = e["expires_in_s"].get<int64_t>();
+    std::string use;
+    if (e["socks"].get<uint32_t>()) use += absl::StrCat(" held by ", e["socks"].get<uint32_t>(), " sockets");
+    if (e.contains("last_used_s_ago")) use += absl::StrCat(" last used ", e["last_used_s_ago"].get<int64_t>(), "s ago");
+    std::printf("  learned %-12s %-39s %s via %s%s\n", std::to_string(e["sandbox"].get<uint64_t>()).c_str(),
+                e["address"].get<std::string>().c_str(),
+                left > 0 ? absl::StrCat("expires in ", left, "s").c_str() : absl::StrCat("expired ", -left, "s ago").c_str(),
+                absl::StrJoin(e["rules"].get<std::vector<std::string>>(), ",").c_str(), use.c_str());
   }
   if (!c.consistent()) std::printf("  INCONSISTENT (run `egressctl load` to reconcile): %s\n", j["consistency"].dump().c_str());
   for (int i = 0; i < EGR_STAT_MAX; ++i) std::printf("  %-15s %llu\n", maps::CounterName(i), (unsigned long long)stats[i]);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "maps/pinned_maps.h"
+#include "maps/resolved_collector.h"
 #include "maps/resolved_table.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
@@ -95,7 +96,8 @@ int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector
     spdlog::error("{}", upstream.status().ToString());
     return kExitFailure;
   }
-  maps::ResolvedTable table(*maps);
+  const dns::Lifetime lifetime = LifetimeOf(*config_dns);
+  maps::ResolvedTable table(*maps, uint64_t{lifetime.grace_s} * 1'000'000'000ull);
   // Every query becomes an audit record (docs/audit.md, "DNS").
   auto audit_writer = audit::UserEventWriter::Open(paths, "dns-proxy");
   if (!audit_writer.ok()) {
@@ -105,6 +107,7 @@ int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector
   audit::DnsAudit audit_observer(**audit_writer);
   dns::ProxyOptions proxy_options;
   proxy_options.observer = &audit_observer;
+  proxy_options.lifetime = lifetime;
   dns::DnsProxy proxy(io, **upstream, table, proxy_options);
   daemon::RecordWatcher watcher(io, records, proxy, Say);
   // Watch first, then read: a record written in between is seen twice, never
@@ -114,6 +117,11 @@ int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector
     return kExitFailure;
   }
   for (const auto& r : *all) watcher.Refresh(r.cgroup_id);
+  // Expired learned addresses go, on this loop: a sweep never interleaves
+  // with the proxy's writes (maps/resolved_collector.h).
+  maps::ResolvedCollector collector(io, maps->resolved(), maps->resuse(), maps::ResolvedCollector::Options{});
+  table.OnWrite([&collector](uint64_t expires) { collector.Expect(expires); });
+  collector.Start();
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code&, int) { io.stop(); });

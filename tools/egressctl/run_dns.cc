@@ -1,5 +1,6 @@
 #include "tools/egressctl/run_dns.h"
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <spdlog/spdlog.h>
 
@@ -78,8 +79,16 @@ absl::StatusOr<std::vector<dns::UpstreamServer>> RunUpstreams(const std::vector<
   return out;
 }
 
+dns::Lifetime LifetimeOf(const policy::DnsSettings& d) {
+  dns::Lifetime l;
+  if (d.min_ttl_s) l.min_ttl_s = *d.min_ttl_s;
+  if (d.grace_s) l.grace_s = *d.grace_s;
+  return l;
+}
+
 absl::StatusOr<std::unique_ptr<RunDns>> RunDns::Start(const Paths& paths, const control::SandboxRecord& record,
-                                                      const std::vector<dns::UpstreamServer>& upstreams) {
+                                                      const std::vector<dns::UpstreamServer>& upstreams,
+                                                      const dns::Lifetime& lifetime) {
   auto ep = DnsEndpointOf(record);
   if (!ep) return absl::InternalError(absl::StrCat("sandbox ", record.cgroup_id, " has no DNS endpoint in its record"));
   std::unique_ptr<RunDns> d(new RunDns());
@@ -91,17 +100,26 @@ absl::StatusOr<std::unique_ptr<RunDns>> RunDns::Start(const Paths& paths, const 
   auto up = dns::Upstream::Create(d->io_, uo);
   if (!up.ok()) return up.status();
   d->upstream_ = std::move(*up);
-  d->table_ = std::make_unique<maps::ResolvedTable>(*d->maps_);
+  auto table = std::make_unique<maps::ResolvedTable>(*d->maps_, uint64_t{lifetime.grace_s} * 1'000'000'000ull);
+  maps::ResolvedTable* t = table.get();
+  d->table_ = std::move(table);
   auto writer = audit::UserEventWriter::Open(paths, "dns-proxy");
   if (!writer.ok()) return writer.status();
   d->audit_ = std::move(*writer);
   d->observer_ = std::make_unique<audit::DnsAudit>(*d->audit_);
   dns::ProxyOptions po;
   po.observer = d->observer_.get();
+  po.lifetime = lifetime;
   d->proxy_ = std::make_unique<dns::DnsProxy>(d->io_, *d->upstream_, *d->table_, po);
   // Bound here, before the command starts: its first query finds the endpoint.
   if (absl::Status s = d->proxy_->Serve(DnsScopeOf(record), *ep); !s.ok()) return s;
   d->endpoint_ = ep->ToString();
+  // Expired entries of every sandbox go, on the proxy's loop (between its
+  // writes, never within one).
+  d->collector_ = std::make_unique<maps::ResolvedCollector>(d->io_, d->maps_->resolved(), d->maps_->resuse(),
+                                                            maps::ResolvedCollector::Options{});
+  t->OnWrite([c = d->collector_.get()](uint64_t expires) { c->Expect(expires); });
+  boost::asio::post(d->io_, [c = d->collector_.get()] { c->Start(); });
   d->loop_ = std::thread([io = &d->io_] {
     auto guard = boost::asio::make_work_guard(*io);
     io->run();
@@ -121,6 +139,7 @@ RunDns::~RunDns() {
                  c.denied.load(), c.forwarded.load(), c.answered.load(), c.servfail.load(), c.learned.load());
   }
   // The proxy and upstream go before the loop they ran on.
+  collector_.reset();
   proxy_.reset();
   upstream_.reset();
 }

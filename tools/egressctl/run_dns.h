@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "maps/pinned_maps.h"
+#include "maps/resolved_collector.h"
 #include "userspace/audit/dns_events.h"
 #include "userspace/audit/user_events.h"
 #include "userspace/common/node.h"
@@ -58,12 +59,17 @@ absl::StatusOr<std::vector<dns::UpstreamServer>> RunUpstreams(const std::vector<
 // keys: a pod's endpoints are a pair, never half the config's).
 absl::Status EndpointsFromConfig(const std::string& config_path, SandboxFlags& sandbox);
 
+// The lifetime of learned addresses the config's dns: block sets (the
+// proxy's defaults where it sets none).
+dns::Lifetime LifetimeOf(const policy::DnsSettings& d);
+
 class RunDns {
  public:
   // Binds the record's endpoint and serves it on a thread of its own until
   // destroyed.  Fails (nothing left running) when the endpoint cannot be bound.
   static absl::StatusOr<std::unique_ptr<RunDns>> Start(const Paths& paths, const control::SandboxRecord& record,
-                                                       const std::vector<dns::UpstreamServer>& upstreams);
+                                                       const std::vector<dns::UpstreamServer>& upstreams,
+                                                       const dns::Lifetime& lifetime = {});
   ~RunDns();
   std::string endpoint() const { return endpoint_; }
   // Returns once every query answered so far is in the audit channel
@@ -79,6 +85,7 @@ class RunDns {
   std::unique_ptr<dns::Upstream> upstream_;
   std::unique_ptr<dns::LearnedAddressSink> table_;
   std::unique_ptr<dns::DnsProxy> proxy_;
+  std::unique_ptr<maps::ResolvedCollector> collector_;
   std::thread loop_;
   std::string endpoint_;
 };

@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "maps/dns_endpoints.h"
 #include "maps/pinned_maps.h"
+#include "maps/resolved_table.h"
+#include "userspace/dns/scope.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/fault.h"
 #include "userspace/common/instance_lock.h"
@@ -17,6 +19,7 @@ struct Env {
   maps::SandboxTable& table;
   const SandboxRecords& records;
   maps::DnsEndpoints& dns;
+  maps::ResolvedTable& resolved;
 };
 
 // The endpoint sandbox `cg` is given: its addresses from the spec, and the
@@ -112,7 +115,8 @@ absl::Status Registry::Locked(Fn fn) {
   maps::SandboxTable table(maps);
   SandboxRecords records(paths_);
   EGR_ASSIGN_OR_RETURN(auto dns, maps::DnsEndpoints::Open(paths_.pin_root));
-  return fn(Env{store, table, records, dns});
+  maps::ResolvedTable resolved(maps);
+  return fn(Env{store, table, records, dns, resolved});
 }
 
 absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::CompiledPolicy& p) {
@@ -168,6 +172,21 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
       CrashPoint(step + ":after-dns");
     }
 
+    // 2c. Doors close before the flip opens new ones: the learned addresses
+    // of names the new policy no longer allows go at once (a socket
+    // connected to one is cut: the backstop finds no entry); those of names
+    // it still allows stay with their expiries (docs/dns.md "Policy changes").
+    const std::vector<uint32_t> rules = dns::RuleIds(p);
+    if (flip) {
+      auto dropped = env.resolved.KeepRules(cg, rules);
+      if (!dropped.ok()) {
+        (void)env.store.Release(id, p);
+        RestoreRecord(env.records, cg, old_record);
+        return dropped.status();
+      }
+      if (*dropped) spdlog::info("cgroup {}: {} learned addresses of removed names dropped", cg, *dropped);
+    }
+
     // 3. The flip: one map update.
     if (s = env.table.Point(cg, id); !s.ok()) {
       (void)env.store.Release(id, p);
@@ -175,6 +194,9 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
       return s;
     }
     CrashPoint(step + ":after-flip");
+    // An answer the proxy finished under the old names while the flip
+    // landed: gone too, before the apply returns.
+    if (flip) EGR_RETURN_IF_ERROR(env.resolved.KeepRules(cg, rules).status());
 
     // 4. The old policy, no longer pointed at by this sandbox.
     if (flip) {
@@ -202,6 +224,9 @@ absl::Status Registry::Unregister(uint64_t cgroup_id) {
     }
     EGR_RETURN_IF_ERROR(env.dns.Remove(cgroup_id));
     CrashPoint("remove:after-dns");
+    // What it learned goes with it (the collector would take it only at its
+    // expiry).
+    EGR_RETURN_IF_ERROR(env.resolved.RemoveSandbox(cgroup_id));
     return env.records.Remove(cgroup_id);
   });
 }

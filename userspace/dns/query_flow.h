@@ -23,7 +23,7 @@ namespace egressd::dns {
 
 // What the proxy knows of one sandbox.
 struct SandboxScope {
-  uint64_t sandbox_id = 0;  // the cgroup id, the key of egr_resolved_v1
+  uint64_t sandbox_id = 0;  // the cgroup id, the key of egr_resolved_v2
   NameScope names;
   std::vector<policy::ProtectedCidr> protected_cidrs;
 };

@@ -15,6 +15,13 @@ uint32_t NameId(std::string_view rule) {
   return h == 0 ? 1 : h;
 }
 
+std::vector<uint32_t> RuleIds(const policy::CompiledPolicy& p) {
+  std::vector<uint32_t> ids;
+  for (const auto& r : p.names) ids.push_back(NameId(r.name));
+  for (const auto& r : p.wildcard_suffixes) ids.push_back(NameId("*." + r.name));
+  return ids;
+}
+
 NameScope::NameScope(const policy::CompiledPolicy& policy) {
   policy_.names = policy.names;
   policy_.wildcard_suffixes = policy.wildcard_suffixes;

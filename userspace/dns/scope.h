@@ -22,6 +22,9 @@ struct ScopeMatch {
 
 // A stable 32-bit id of a rule's text (FNV-1a), never 0.
 uint32_t NameId(std::string_view rule);
+// NameId() of every rule of `p` a learned address can carry: its names, and
+// "*." + each wildcard suffix (what NameScope::Match stores).
+std::vector<uint32_t> RuleIds(const policy::CompiledPolicy& p);
 
 class NameScope {
  public:

@@ -89,7 +89,7 @@ struct CompiledPolicy {
   // with ", ".
   std::vector<AllowedCidr> allowed;
   // Exact names, sorted by name, one entry per name.  The kernel cannot judge
-  // a name: the DNS proxy resolves these and fills egr_resolved_v1.
+  // a name: the DNS proxy resolves these and fills egr_resolved_v2.
   std::vector<NameRule> names;
   // "*.example.com" stored as "example.com", sorted, one entry per suffix.
   std::vector<NameRule> wildcard_suffixes;

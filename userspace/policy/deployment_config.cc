@@ -35,15 +35,16 @@ struct Raw {
   // dns: (issue 11)
   std::optional<std::vector<yaml::Located>> dns_upstreams;
   std::optional<yaml::Located> dns_endpoint4, dns_endpoint6;
+  std::optional<yaml::Located> dns_min_ttl, dns_grace;  // (issue 12)
   bool allow_audit_only = false;
 };
 
 // ---- dns ----
 void ReadDns(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
   if (node.IsNull()) return;
-  auto entries = w.Mapping(node, "dns", {"upstreams", "endpoint4", "endpoint6"}, "");
+  auto entries = w.Mapping(node, "dns", {"upstreams", "endpoint4", "endpoint6", "minTtlSeconds", "graceSeconds"}, "");
   if (!entries) {
-    w.Error("dns", "must be a mapping (upstreams, endpoint4, endpoint6)");
+    w.Error("dns", "must be a mapping (upstreams, endpoint4, endpoint6, minTtlSeconds, graceSeconds)");
     return;
   }
   for (const auto& [key, value_ptr] : *entries) {
@@ -57,7 +58,11 @@ void ReadDns(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
       // empty is "empty".
       if (v && (!v->empty() || w.error_count() == errors_before)) raw.dns_upstreams = *std::move(v);
     } else if (auto v = w.String(value, path)) {
-      (key == "endpoint4" ? raw.dns_endpoint4 : raw.dns_endpoint6) = yaml::Located{path, *v};
+      auto& into = key == "endpoint4"       ? raw.dns_endpoint4
+                   : key == "endpoint6"     ? raw.dns_endpoint6
+                   : key == "minTtlSeconds" ? raw.dns_min_ttl
+                                            : raw.dns_grace;
+      into = yaml::Located{path, *v};
     }
   }
 }
@@ -93,6 +98,17 @@ DnsSettings ResolveDns(const Raw& raw, std::vector<std::string>& errors) {
   };
   endpoint(raw.dns_endpoint4, true, out.endpoint4);
   endpoint(raw.dns_endpoint6, false, out.endpoint6);
+  auto seconds = [&](const std::optional<yaml::Located>& v, uint32_t max, std::optional<uint32_t>& into) {
+    if (!v) return;
+    uint32_t n = 0;
+    if (!absl::SimpleAtoi(v->value, &n) || n > max || v->value.empty() || v->value[0] == '+' || v->value[0] == '-') {
+      AddLine(&errors, head(*v) + absl::StrCat("is not a whole number of seconds from 0 to ", max));
+      return;
+    }
+    into = n;
+  };
+  seconds(raw.dns_min_ttl, kMaxMinTtlSeconds, out.min_ttl_s);
+  seconds(raw.dns_grace, kMaxGraceSeconds, out.grace_s);
   return out;
 }
 // ---- end dns ----

@@ -20,6 +20,8 @@
 //     upstreams: [198.51.100.8, "192.0.2.53:5353", "[2001:db8::53]:53"]
 //     endpoint4: 10.244.0.1   # where sandboxes' queries are steered (a pod's gateway)
 //     endpoint6: fd00:244::1
+//     minTtlSeconds: 300      # a learned address lives max(TTL, this) + grace
+//     graceSeconds: 120       # (docs/dns.md "Lifetimes" argues the defaults)
 //   audit:
 //     allowAuditOnly: false   # true: the operator may register a sandbox
 //                             # audit-only (egressctl sandbox add --audit-only);
@@ -58,7 +60,14 @@ struct DnsSettings {
   // neither --dns-endpoint4 nor --dns-endpoint6 is given.
   std::optional<net::IpAddr> endpoint4;
   std::optional<net::IpAddr> endpoint6;
+  // The lifetime of a learned address: max(TTL, min_ttl_s) + grace_s; the
+  // proxy's defaults (userspace/dns/learner.h) when unset.
+  std::optional<uint32_t> min_ttl_s;
+  std::optional<uint32_t> grace_s;
 };
+// Bounds of the lifetime settings: a day, an hour.
+inline constexpr uint32_t kMaxMinTtlSeconds = 86400;
+inline constexpr uint32_t kMaxGraceSeconds = 3600;
 // One upstream as the config writes it; InvalidArgument saying why (the
 // caller names the setting and the value).
 absl::StatusOr<DnsUpstreamSetting> ParseDnsUpstream(std::string_view text);
