@@ -3,6 +3,7 @@
 // forwarded, over UDP, TCP and IPv6, with the sandbox known by the socket a
 // query arrives on.  The kernel redirect is not involved (the dns-kernel
 // work): clients here talk to the endpoints directly.
+#include <cerrno>
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <netinet/in.h>
@@ -440,7 +441,7 @@ TEST_F(DnsProxyPriv, ResolvedTableForgetsAndKnowsUse) {
   EXPECT_FALSE(*t.InUse(5, a));
   ASSERT_TRUE(t.Forget(5, a).ok());
   EXPECT_FALSE(*t.Get(5, a));
-  EXPECT_EQ(bpf_map_lookup_elem(use, &ka, &u), -1) << "the use record goes with the entry";
+  EXPECT_EQ(bpf_map_lookup_elem(use, &ka, &u), -ENOENT) << "the use record goes with the entry";
   EXPECT_TRUE(absl::IsNotFound(t.Forget(5, a)));
   EXPECT_TRUE(*t.Get(5, b)) << "forgetting one address keeps the others";
   close(use);
@@ -600,6 +601,8 @@ TEST_F(DnsProxyPriv, LearnLatencySpansTheMapWrites) {
       std::this_thread::sleep_for(3ms);
       return absl::OkStatus();
     }
+    absl::Status Forget(uint64_t, const net::IpAddr&) override { return absl::OkStatus(); }
+    absl::StatusOr<bool> InUse(uint64_t, const net::IpAddr&) const override { return false; }
   };
   class Events : public QueryObserver {
    public:

@@ -96,7 +96,7 @@ int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector
     spdlog::error("{}", upstream.status().ToString());
     return kExitFailure;
   }
-  const dns::Lifetime lifetime = LifetimeOf(*config_dns);
+  const dns::Lifetime lifetime = dns::LifetimeOf(*config_dns);
   maps::ResolvedTable table(*maps, uint64_t{lifetime.grace_s} * 1'000'000'000ull);
   // Every query becomes an audit record (docs/audit.md, "DNS").
   auto audit_writer = audit::UserEventWriter::Open(paths, "dns-proxy");

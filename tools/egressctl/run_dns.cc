@@ -79,13 +79,6 @@ absl::StatusOr<std::vector<dns::UpstreamServer>> RunUpstreams(const std::vector<
   return out;
 }
 
-dns::Lifetime LifetimeOf(const policy::DnsSettings& d) {
-  dns::Lifetime l;
-  if (d.min_ttl_s) l.min_ttl_s = *d.min_ttl_s;
-  if (d.grace_s) l.grace_s = *d.grace_s;
-  return l;
-}
-
 absl::StatusOr<std::unique_ptr<RunDns>> RunDns::Start(const Paths& paths, const control::SandboxRecord& record,
                                                       const std::vector<dns::UpstreamServer>& upstreams,
                                                       const dns::Lifetime& lifetime) {

@@ -59,10 +59,6 @@ absl::StatusOr<std::vector<dns::UpstreamServer>> RunUpstreams(const std::vector<
 // keys: a pod's endpoints are a pair, never half the config's).
 absl::Status EndpointsFromConfig(const std::string& config_path, SandboxFlags& sandbox);
 
-// The lifetime of learned addresses the config's dns: block sets (the
-// proxy's defaults where it sets none).
-dns::Lifetime LifetimeOf(const policy::DnsSettings& d);
-
 class RunDns {
  public:
   // Binds the record's endpoint and serves it on a thread of its own until

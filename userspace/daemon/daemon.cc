@@ -73,6 +73,7 @@ Daemon::~Daemon() {
   server_.reset();
   audit_host_.reset();
   watcher_.reset();
+  collector_.reset();
   proxy_.reset();
   upstream_.reset();
   unlink(socket_path_.c_str());
@@ -136,10 +137,12 @@ absl::Status Daemon::Start() {
     uo.timeout_ms = options_.upstream_timeout_ms;
     uo.tries = options_.upstream_tries;
     EGR_ASSIGN_OR_RETURN(upstream_, dns::Upstream::Create(io_, uo));
-    resolved_ = std::make_unique<maps::ResolvedTable>(*maps_);
+    const dns::Lifetime lifetime = dns::LifetimeOf(deployment_.dns);
+    resolved_ = std::make_unique<maps::ResolvedTable>(*maps_, uint64_t{lifetime.grace_s} * 1'000'000'000ull);
     dns_audit_ = std::make_unique<audit::DnsAudit>(*audit_);
     dns::ProxyOptions po;
     po.observer = dns_audit_.get();
+    po.lifetime = lifetime;
     proxy_ = std::make_unique<dns::DnsProxy>(io_, *upstream_, *resolved_, po);
     watcher_ = std::make_unique<RecordWatcher>(io_, *records_, *proxy_, [](const std::string& line) {
       spdlog::info("dns: {}", line);
@@ -148,6 +151,12 @@ absl::Status Daemon::Start() {
     // never missed.
     EGR_RETURN_IF_ERROR(watcher_->Start());
     for (const auto& r : all) watcher_->Refresh(r.cgroup_id);
+    // Expired learned addresses go, on this loop: a sweep never interleaves
+    // with the proxy's writes (maps/resolved_collector.h).
+    collector_ = std::make_unique<maps::ResolvedCollector>(io_, maps_->resolved(), maps_->resuse(),
+                                                           maps::ResolvedCollector::Options{});
+    resolved_->OnWrite([c = collector_.get()](uint64_t expires) { c->Expect(expires); });
+    collector_->Start();
   } else {
     spdlog::warn("no dns.upstreams in the config: sandboxes' DNS fails closed and the daemon is not ready");
   }

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "maps/pinned_maps.h"
+#include "maps/resolved_collector.h"
 #include "maps/resolved_table.h"
 #include "userspace/audit/dns_events.h"
 #include "userspace/audit/user_events.h"
@@ -114,6 +115,7 @@ class Daemon {
   std::unique_ptr<dns::Upstream> upstream_;
   std::unique_ptr<maps::ResolvedTable> resolved_;
   std::unique_ptr<dns::DnsProxy> proxy_;
+  std::unique_ptr<maps::ResolvedCollector> collector_;
   std::unique_ptr<RecordWatcher> watcher_;
   std::unique_ptr<AuditHost> audit_host_;
   std::unique_ptr<HttpServer> server_;

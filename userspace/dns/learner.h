@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "userspace/net/ip.h"
+#include "userspace/policy/deployment_config.h"
 
 namespace egressd::dns {
 
@@ -41,6 +42,10 @@ struct Lifetime {
     return now_boot_ns + s * 1'000'000'000ull;
   }
 };
+
+// The lifetime the deployment config's dns: block sets (these defaults where
+// it sets none).
+Lifetime LifetimeOf(const policy::DnsSettings& d);
 
 // CLOCK_BOOTTIME now, the clock bpf_ktime_get_boot_ns() reads.
 uint64_t BootTimeNs();

@@ -75,6 +75,10 @@ class TimedSink : public LearnedAddressSink {
     if (s.ok()) last_learned = std::chrono::steady_clock::now();
     return s;
   }
+  absl::Status Forget(uint64_t sandbox, const net::IpAddr& addr) override { return inner_.Forget(sandbox, addr); }
+  absl::StatusOr<bool> InUse(uint64_t sandbox, const net::IpAddr& addr) const override {
+    return inner_.InUse(sandbox, addr);
+  }
   std::optional<std::chrono::steady_clock::time_point> last_learned;
 
  private:
