@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -181,6 +182,49 @@ TEST_F(DnsConfig, RunAsksTheConfigsUpstreams) {
   EXPECT_EQ(r.exit_code, 0) << r.Describe();
   EXPECT_EQ(FirstLine(r.out), lab::kPublicA4) << r.Describe();
   EXPECT_NE(r.err.find(absl::StrCat("upstream ", kUpstream, ":53")), std::string::npos) << r.Describe();
+}
+
+// The config's lifetime (dns.minTtlSeconds, dns.graceSeconds) end to end:
+// an answer with TTL 0 (dnsmasq's local records) is allowed for the minimum
+// plus the grace, `egressctl status` shows the learned address with its
+// expiry and the rule that taught it, and a new connect after that deadline
+// is refused until the name is asked again.
+TEST_F(DnsConfig, ALearnedAddressLivesForTheConfigsLifetimeAndStatusShowsIt) {
+  const std::string cfg = Config(
+      "egressd.yaml", absl::StrCat("dns:\n  upstreams: [", kUpstream, "]\n  endpoint4: ", lab::kPodGatewayV4,
+                                   "\n  endpoint6: \"", lab::kPodGatewayV6,
+                                   "\"\n  minTtlSeconds: 1\n  graceSeconds: 1\n"));
+  DnsSandbox s = sandboxes_.Add({"--config", cfg, "--egress", kName}, /*pod_endpoint=*/false);
+  ASSERT_NE(s.port, 0);
+  auto serve = ServeDns({"--config", cfg});
+  ASSERT_TRUE(serve.ok()) << serve.status();
+  serve_ = std::move(*serve);
+
+  RunResult d = Dig(s, {"+short", "@8.8.8.8", kName});
+  const auto answered = std::chrono::steady_clock::now();  // the answer came before this
+  ASSERT_EQ(FirstLine(d.out), lab::kPublicA4) << d.Describe();
+  EXPECT_TRUE(Ok(Connect(s, lab::kPublicA4))) << "within the lifetime";
+
+  RunResult st = Shared().Ctl({"status", "--json"});
+  ASSERT_EQ(st.exit_code, 0) << st.Describe();
+  nlohmann::json j = nlohmann::json::parse(st.out, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("learned")) << st.out;
+  const nlohmann::json* entry = nullptr;
+  for (const auto& e : j["learned"]["entries"]) {
+    if (e.value("sandbox", uint64_t{0}) == s.id && e.value("address", "") == lab::kPublicA4) entry = &e;
+  }
+  ASSERT_NE(entry, nullptr) << "the learned address of sandbox " << s.id << ": " << j["learned"].dump();
+  EXPECT_EQ((*entry)["rules"], nlohmann::json::array({kName})) << entry->dump();
+  EXPECT_LE((*entry)["expires_in_s"].get<int64_t>(), 2) << "TTL 0: minTtlSeconds 1 + graceSeconds 1";
+  EXPECT_EQ((*entry)["keep_s"].get<uint32_t>(), 1u) << entry->dump();
+
+  // Waiting for the deadline itself (2 s after the answer), not for an event.
+  std::this_thread::sleep_until(answered + 2500ms);
+  EXPECT_EQ(Errno(Connect(s, lab::kPublicA4)), "EPERM") << "a new connect after expiry plus grace";
+  RunResult again = Dig(s, {"+short", "@8.8.8.8", kName});
+  EXPECT_EQ(FirstLine(again.out), lab::kPublicA4) << again.Describe();
+  EXPECT_TRUE(Ok(Connect(s, lab::kPublicA4))) << "positive control: asked again, learned again";
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(lab::kPublicA4, 80) == 2; })) << lab().CountersSummary();
 }
 
 }  // namespace
