@@ -227,5 +227,30 @@ TEST_F(DnsConfig, ALearnedAddressLivesForTheConfigsLifetimeAndStatusShowsIt) {
   EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(lab::kPublicA4, 80) == 2; })) << lab().CountersSummary();
 }
 
+// A policy change that removes a name keeps what the still-allowed names
+// taught and drops the rest at once: right after the flip returns, a connect
+// to the address learned only through the removed name is refused, while the
+// kept name's address still connects without being asked again.
+TEST_F(DnsConfig, APolicyChangeDropsOnlyTheRemovedNamesAddresses) {
+  const std::string cfg =
+      Config("egressd.yaml", absl::StrCat("dns:\n  upstreams: [", kUpstream, "]\n  endpoint4: ", lab::kPodGatewayV4,
+                                          "\n  endpoint6: \"", lab::kPodGatewayV6, "\"\n"));
+  DnsSandbox s = sandboxes_.Add({"--config", cfg, "--egress", kName, "--egress", kDeniedName}, /*pod_endpoint=*/false);
+  ASSERT_NE(s.port, 0);
+  auto serve = ServeDns({"--config", cfg});
+  ASSERT_TRUE(serve.ok()) << serve.status();
+  serve_ = std::move(*serve);
+  ASSERT_EQ(FirstLine(Dig(s, {"+short", "@8.8.8.8", kName}).out), lab::kPublicA4);
+  ASSERT_EQ(FirstLine(Dig(s, {"+short", "@8.8.8.8", kDeniedName}).out), lab::kPublicB4);
+  EXPECT_TRUE(Ok(Connect(s, lab::kPublicB4))) << "before the change";
+
+  RunResult flip = Shared().Ctl({"sandbox", "add", "--cgroup", s.cgroup, "--config", cfg, "--egress", kName});
+  ASSERT_EQ(flip.exit_code, 0) << flip.Describe();
+  EXPECT_EQ(Errno(Connect(s, lab::kPublicB4)), "EPERM") << "learned only through the removed name";
+  EXPECT_TRUE(Ok(Connect(s, lab::kPublicA4))) << "the kept name's address, not asked again";
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(lab::kPublicA4, 80) == 1; })) << lab().CountersSummary();
+  EXPECT_EQ(lab().TcpAccepts(lab::kPublicB4, 80), 1u) << "only the connect before the change arrived";
+}
+
 }  // namespace
 }  // namespace egressd::test
