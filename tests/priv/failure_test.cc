@@ -121,7 +121,7 @@ TEST_F(Failures, RefusedUpdateOnAnUpgradePutsTheOldProgramsBack) {
   Instance inst("upgrade");
   ASSERT_EQ(inst.Ctl({"load"}).exit_code, 0);
   auto before = LinkPrograms(inst.pins());
-  ASSERT_EQ(before.size(), inst.Status().value("socket_containment", false) ? 14u : 10u);
+  ASSERT_EQ(before.size(), inst.Status().value("socket_containment", false) ? 15u : 11u);
   // A kernel EINVAL is the kernel's answer, not bad input.
   RunResult r = inst.Ctl({"load"}, {{"EGRESSD_FAULT", "attach:egr_skb_egress=EINVAL"}});
   ExpectSystemFailure(r, "egr_skb_egress");
@@ -129,18 +129,18 @@ TEST_F(Failures, RefusedUpdateOnAnUpgradePutsTheOldProgramsBack) {
   EXPECT_EQ(LinkPrograms(inst.pins()), before) << "every hook must run the programs it ran before";
 }
 
-// The last hook (cgroup/getpeername6, after the LSM hooks where the bpf LSM
+// The last hook (cgroup/sock_release, after the LSM hooks where the bpf LSM
 // is in force): every hook before it was swapped to the new programs when it
 // fails, and each goes back.
 TEST_F(Failures, RefusedUpdateOfTheLastHookPutsEveryOtherHookBack) {
   Instance inst("upgrade-last");
   ASSERT_EQ(inst.Ctl({"load"}).exit_code, 0);
   auto before = LinkPrograms(inst.pins());
-  ASSERT_EQ(before.size(), inst.Status().value("socket_containment", false) ? 14u : 10u);
-  RunResult r = inst.Ctl({"load"}, {{"EGRESSD_FAULT", "attach:egr_getpeername6=EINVAL"}});
-  ExpectSystemFailure(r, "egr_getpeername6");
+  ASSERT_EQ(before.size(), inst.Status().value("socket_containment", false) ? 15u : 11u);
+  RunResult r = inst.Ctl({"load"}, {{"EGRESSD_FAULT", "attach:egr_sock_release=EINVAL"}});
+  ExpectSystemFailure(r, "egr_sock_release");
   EXPECT_TRUE(absl::StrContains(r.err, "egr_skb_egress back on its previous program")) << r.err;
-  EXPECT_TRUE(absl::StrContains(r.err, "egr_getpeername4 back on its previous program")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "egr_getpeername6 back on its previous program")) << r.err;
   EXPECT_EQ(LinkPrograms(inst.pins()), before) << "every hook must run the programs it ran before";
 }
 
