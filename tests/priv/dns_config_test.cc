@@ -188,7 +188,8 @@ TEST_F(DnsConfig, RunAsksTheConfigsUpstreams) {
 // an answer with TTL 0 (dnsmasq's local records) is allowed for the minimum
 // plus the grace, `egressctl status` shows the learned address with its
 // expiry and the rule that taught it, and a new connect after that deadline
-// is refused until the name is asked again.
+// is refused until the name is asked again, while a TCP connection made
+// before it goes on past it.
 TEST_F(DnsConfig, ALearnedAddressLivesForTheConfigsLifetimeAndStatusShowsIt) {
   const std::string cfg = Config(
       "egressd.yaml", absl::StrCat("dns:\n  upstreams: [", kUpstream, "]\n  endpoint4: ", lab::kPodGatewayV4,
@@ -218,13 +219,23 @@ TEST_F(DnsConfig, ALearnedAddressLivesForTheConfigsLifetimeAndStatusShowsIt) {
   EXPECT_LE((*entry)["expires_in_s"].get<int64_t>(), 2) << "TTL 0: minTtlSeconds 1 + graceSeconds 1";
   EXPECT_EQ((*entry)["keep_s"].get<uint32_t>(), 1u) << entry->dump();
 
+  // A TCP connection made within the lifetime outlives it: rounds echoed
+  // every 500 ms for 3.5 s, the last ones after the deadline (2 s).
+  RunResult hold = InPod(s, {lab::BinaryPath("egressd-probe"), "batch",
+                             absl::StrCat("hold ", lab::kPublicA4, " 80 --interval-ms 500 --count 7")});
+  auto rounds = Lines(hold);
+  ASSERT_EQ(rounds.size(), 8u) << hold.Describe();
+  for (const auto& r : rounds) EXPECT_TRUE(Ok(r)) << hold.Describe();
+  const long long deadline_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>((answered + 2s).time_since_epoch()).count();
+  EXPECT_GT(std::stoll(rounds.back()["start_ms"]), deadline_ms) << "the last round came after the expiry";
   // Waiting for the deadline itself (2 s after the answer), not for an event.
   std::this_thread::sleep_until(answered + 2500ms);
   EXPECT_EQ(Errno(Connect(s, lab::kPublicA4)), "EPERM") << "a new connect after expiry plus grace";
   RunResult again = Dig(s, {"+short", "@8.8.8.8", kName});
   EXPECT_EQ(FirstLine(again.out), lab::kPublicA4) << again.Describe();
   EXPECT_TRUE(Ok(Connect(s, lab::kPublicA4))) << "positive control: asked again, learned again";
-  EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(lab::kPublicA4, 80) == 2; })) << lab().CountersSummary();
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(lab::kPublicA4, 80) == 3; })) << lab().CountersSummary();
 }
 
 // A policy change that removes a name keeps what the still-allowed names
