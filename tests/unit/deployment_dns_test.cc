@@ -74,12 +74,32 @@ struct Bad {
 const Bad kBad[] = {
     {"DnsNotAMapping",
      "dns: [198.51.100.8]",
-     {"deployment setting \"dns\": must be a mapping (upstreams, endpoint4, endpoint6, minTtlSeconds, "
-      "graceSeconds)"}},
+     {"deployment setting \"dns\": must be a mapping (upstreams, endpoint4, endpoint6, minTtlSeconds, graceSeconds, "
+      "maxAddressesPerSandbox, maxAddressesPerName)"}},
     {"UnknownKeyUnderDns",
      "dns: {upstream: 198.51.100.8}",
      {"deployment setting \"dns.upstream\": unknown key; valid: \"upstreams\", \"endpoint4\", \"endpoint6\", "
-      "\"minTtlSeconds\", \"graceSeconds\""}},
+      "\"minTtlSeconds\", \"graceSeconds\", \"maxAddressesPerSandbox\", \"maxAddressesPerName\""}},
+    {"PerSandboxZero",
+     "dns: {maxAddressesPerSandbox: 0}",
+     {"deployment setting dns.maxAddressesPerSandbox \"0\": must be a whole number 1-1048576 (the node-wide map's "
+      "capacity)"}},
+    {"PerNameNotANumber",
+     "dns: {maxAddressesPerName: many}",
+     {"deployment setting dns.maxAddressesPerName \"many\": must be a whole number 1-1048576 (the node-wide map's "
+      "capacity)"}},
+    {"PerSandboxBeyondTheMap",
+     "dns: {maxAddressesPerSandbox: 1048577}",
+     {"deployment setting dns.maxAddressesPerSandbox \"1048577\": must be a whole number 1-1048576 (the node-wide "
+      "map's capacity)"}},
+    {"PerNameAboveThePerSandbox",
+     "dns: {maxAddressesPerSandbox: 100, maxAddressesPerName: 101}",
+     {"deployment setting dns.maxAddressesPerName 101: is more than dns.maxAddressesPerSandbox 100 (a name's "
+      "addresses count in its sandbox's quota)"}},
+    {"PerNameAboveTheDefaultPerSandbox",
+     "dns: {maxAddressesPerName: 5000}",
+     {"deployment setting dns.maxAddressesPerName 5000: is more than dns.maxAddressesPerSandbox 4096 (a name's "
+      "addresses count in its sandbox's quota)"}},
     {"UpstreamNotAString",
      "dns: {upstreams: [[198.51.100.8]]}",
      {"deployment setting \"dns.upstreams[0]\": must be a string"}},
@@ -179,6 +199,17 @@ TEST(DnsSettings, LifetimeSecondsParse) {
 
 INSTANTIATE_TEST_SUITE_P(Rules, DnsSettingsBad, testing::ValuesIn(kBad),
                          [](const testing::TestParamInfo<Bad>& i) { return std::string(i.param.name); });
+
+TEST(DnsSettings, BoundsDefaultAndAreRead) {
+  auto none = ParseDeploymentConfig("dns: {upstreams: 198.51.100.8}", "egressd.yaml", nullptr);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->dns.max_addresses_per_sandbox, 4096u);
+  EXPECT_EQ(none->dns.max_addresses_per_name, 256u);
+  auto set = ParseDeploymentConfig("dns: {maxAddressesPerSandbox: 512, maxAddressesPerName: 64}", "egressd.yaml", nullptr);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->dns.max_addresses_per_sandbox, 512u);
+  EXPECT_EQ(set->dns.max_addresses_per_name, 64u);
+}
 
 // The config and --upstream-dns read one grammar: every value either accepts
 // means the same server to both, and what the config refuses the flag

@@ -36,15 +36,20 @@ struct Raw {
   std::optional<std::vector<yaml::Located>> dns_upstreams;
   std::optional<yaml::Located> dns_endpoint4, dns_endpoint6;
   std::optional<yaml::Located> dns_min_ttl, dns_grace;  // (issue 12)
+  std::optional<yaml::Located> dns_per_sandbox, dns_per_name;  // issue 12's bounds
   bool allow_audit_only = false;
 };
 
 // ---- dns ----
 void ReadDns(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
   if (node.IsNull()) return;
-  auto entries = w.Mapping(node, "dns", {"upstreams", "endpoint4", "endpoint6", "minTtlSeconds", "graceSeconds"}, "");
+  auto entries = w.Mapping(node, "dns",
+                           {"upstreams", "endpoint4", "endpoint6", "minTtlSeconds", "graceSeconds",
+                            "maxAddressesPerSandbox", "maxAddressesPerName"},
+                           "");
   if (!entries) {
-    w.Error("dns", "must be a mapping (upstreams, endpoint4, endpoint6, minTtlSeconds, graceSeconds)");
+    w.Error("dns", "must be a mapping (upstreams, endpoint4, endpoint6, minTtlSeconds, graceSeconds, "
+                   "maxAddressesPerSandbox, maxAddressesPerName)");
     return;
   }
   for (const auto& [key, value_ptr] : *entries) {
@@ -57,6 +62,10 @@ void ReadDns(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
       // An item that is no string was reported already; only a list written
       // empty is "empty".
       if (v && (!v->empty() || w.error_count() == errors_before)) raw.dns_upstreams = *std::move(v);
+    } else if (key == "maxAddressesPerSandbox" || key == "maxAddressesPerName") {
+      if (auto v = w.String(value, path)) {
+        (key == "maxAddressesPerSandbox" ? raw.dns_per_sandbox : raw.dns_per_name) = yaml::Located{path, *v};
+      }
     } else if (auto v = w.String(value, path)) {
       auto& into = key == "endpoint4"       ? raw.dns_endpoint4
                    : key == "endpoint6"     ? raw.dns_endpoint6
@@ -109,6 +118,23 @@ DnsSettings ResolveDns(const Raw& raw, std::vector<std::string>& errors) {
   };
   seconds(raw.dns_min_ttl, kMaxMinTtlSeconds, out.min_ttl_s);
   seconds(raw.dns_grace, kMaxGraceSeconds, out.grace_s);
+  auto count = [&](const std::optional<yaml::Located>& v, uint32_t& into) {
+    if (!v) return true;
+    uint32_t n = 0;
+    if (!absl::SimpleAtoi(v->value, &n) || n == 0 || n > kMaxLearnedAddresses) {
+      AddLine(&errors, head(*v) + "must be a whole number 1-" + std::to_string(kMaxLearnedAddresses) +
+                           " (the node-wide map's capacity)");
+      return false;
+    }
+    into = n;
+    return true;
+  };
+  if (count(raw.dns_per_sandbox, out.max_addresses_per_sandbox) && count(raw.dns_per_name, out.max_addresses_per_name) &&
+      out.max_addresses_per_name > out.max_addresses_per_sandbox) {
+    AddLine(&errors, std::string(kOrigin) + " dns.maxAddressesPerName " + std::to_string(out.max_addresses_per_name) +
+                         ": is more than dns.maxAddressesPerSandbox " + std::to_string(out.max_addresses_per_sandbox) +
+                         " (a name's addresses count in its sandbox's quota)");
+  }
   return out;
 }
 // ---- end dns ----

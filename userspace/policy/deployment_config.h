@@ -22,6 +22,8 @@
 //     endpoint6: fd00:244::1
 //     minTtlSeconds: 300      # a learned address lives max(TTL, this) + grace
 //     graceSeconds: 120       # (docs/dns.md "Lifetimes" argues the defaults)
+//     maxAddressesPerSandbox: 4096  # learned addresses a sandbox may hold
+//     maxAddressesPerName: 256      # per question name; LRU unused ones evicted past it
 //   audit:
 //     allowAuditOnly: false   # true: the operator may register a sandbox
 //                             # audit-only (egressctl sandbox add --audit-only);
@@ -52,6 +54,14 @@ struct DnsUpstreamSetting {
   uint16_t port = 53;
   bool operator==(const DnsUpstreamSetting&) const = default;
 };
+// What a sandbox may learn (docs/dns.md, "Bounds"; dns::Bounds): 4096
+// addresses per sandbox lets 256 sandboxes on a node fill their quotas within
+// the node-wide map's 1,048,576 entries; 256 per name holds a rotating CDN
+// name (S3: 8 addresses an answer, TTL 5 s) for a connection pool, 16 names
+// to a quota.
+inline constexpr uint32_t kDefaultMaxAddressesPerSandbox = 4096;
+inline constexpr uint32_t kDefaultMaxAddressesPerName = 256;
+inline constexpr uint32_t kMaxLearnedAddresses = 1u << 20;  // the node-wide map's capacity
 struct DnsSettings {
   // Asked in order by `egressctl dns serve` and `egressctl run` when no
   // --upstream-dns is given (run then falls back to /etc/resolv.conf).
@@ -64,6 +74,9 @@ struct DnsSettings {
   // proxy's defaults (userspace/dns/learner.h) when unset.
   std::optional<uint32_t> min_ttl_s;
   std::optional<uint32_t> grace_s;
+  // dns.maxAddressesPerSandbox / dns.maxAddressesPerName (issue 12).
+  uint32_t max_addresses_per_sandbox = kDefaultMaxAddressesPerSandbox;
+  uint32_t max_addresses_per_name = kDefaultMaxAddressesPerName;
 };
 // Bounds of the lifetime settings: a day, an hour.
 inline constexpr uint32_t kMaxMinTtlSeconds = 86400;
