@@ -108,6 +108,7 @@ int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector
   dns::ProxyOptions proxy_options;
   proxy_options.observer = &audit_observer;
   proxy_options.lifetime = lifetime;
+  proxy_options.bounds = BoundsOf(*config_dns);
   dns::DnsProxy proxy(io, **upstream, table, proxy_options);
   daemon::RecordWatcher watcher(io, records, proxy, Say);
   // Watch first, then read: a record written in between is seen twice, never
@@ -131,6 +132,11 @@ int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector
   spdlog::info("dns: {} queries, {} denied, {} forwarded, {} answered, {} servfail, {} learned, {} learn failures",
                c.queries.load(), c.denied.load(), c.forwarded.load(), c.answered.load(), c.servfail.load(),
                c.learned.load(), c.learn_failed.load());
+  // The bounds' counters for whoever stopped it (tests, scripts): one line.
+  Say(absl::StrCat("counters: learned ", c.learned.load(), " evicted ", c.evicted.load(), " evict_failed ",
+                   c.evict_failed.load(), " name_cap_refused ", c.cap_refused.load(), " quota_refused ",
+                   c.quota_refused.load(), " (bounds ", proxy_options.bounds.per_sandbox, " per sandbox, ",
+                   proxy_options.bounds.per_name, " per name)"));
   return kExitOk;
 }
 

@@ -269,7 +269,8 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
     absl::StatusOr<std::unique_ptr<RunDns>> d =
         !record.ok()  ? absl::StatusOr<std::unique_ptr<RunDns>>(record.status())
         : !*record    ? absl::StatusOr<std::unique_ptr<RunDns>>(absl::InternalError("the sandbox's record is gone"))
-                      : RunDns::Start(paths, **record, *upstreams, dns::LifetimeOf(*config_dns));
+                      : RunDns::Start(paths, **record, *upstreams, dns::LifetimeOf(*config_dns),
+                                      BoundsOf(*config_dns));
     if (!d.ok()) {
       spdlog::error("dns for sandbox {}: {}", *id, d.status().ToString());
       (void)KillAndRemoveCgroup(spec.cgroup_dir);

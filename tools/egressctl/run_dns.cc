@@ -42,6 +42,10 @@ std::vector<dns::UpstreamServer> ToUpstreams(const std::vector<policy::DnsUpstre
   return out;
 }
 
+dns::Bounds BoundsOf(const policy::DnsSettings& settings) {
+  return dns::Bounds{settings.max_addresses_per_sandbox, settings.max_addresses_per_name};
+}
+
 absl::Status EndpointsFromConfig(const std::string& config_path, SandboxFlags& sandbox) {
   if (config_path.empty() || !sandbox.dns_endpoint4.empty() || !sandbox.dns_endpoint6.empty()) {
     return absl::OkStatus();
@@ -81,7 +85,7 @@ absl::StatusOr<std::vector<dns::UpstreamServer>> RunUpstreams(const std::vector<
 
 absl::StatusOr<std::unique_ptr<RunDns>> RunDns::Start(const Paths& paths, const control::SandboxRecord& record,
                                                       const std::vector<dns::UpstreamServer>& upstreams,
-                                                      const dns::Lifetime& lifetime) {
+                                                      const dns::Lifetime& lifetime, dns::Bounds bounds) {
   auto ep = DnsEndpointOf(record);
   if (!ep) return absl::InternalError(absl::StrCat("sandbox ", record.cgroup_id, " has no DNS endpoint in its record"));
   std::unique_ptr<RunDns> d(new RunDns());
@@ -103,6 +107,7 @@ absl::StatusOr<std::unique_ptr<RunDns>> RunDns::Start(const Paths& paths, const 
   dns::ProxyOptions po;
   po.observer = d->observer_.get();
   po.lifetime = lifetime;
+  po.bounds = bounds;
   d->proxy_ = std::make_unique<dns::DnsProxy>(d->io_, *d->upstream_, *d->table_, po);
   // Bound here, before the command starts: its first query finds the endpoint.
   if (absl::Status s = d->proxy_->Serve(DnsScopeOf(record), *ep); !s.ok()) return s;

@@ -43,6 +43,8 @@ std::vector<dns::UpstreamServer> ResolvConfNameservers(const std::string& text);
 // InvalidArgument with the lines the compiler would print for it.
 absl::StatusOr<policy::DnsSettings> ConfigDns(const std::string& path);
 std::vector<dns::UpstreamServer> ToUpstreams(const std::vector<policy::DnsUpstreamSetting>& settings);
+// dns.maxAddressesPerSandbox / maxAddressesPerName as the proxy's bounds.
+dns::Bounds BoundsOf(const policy::DnsSettings& settings);
 
 // Whom egressctl run's proxy asks: --upstream-dns (bad values: InvalidArgument
 // naming them), else the config's dns.upstreams, else the nameservers of
@@ -65,7 +67,8 @@ class RunDns {
   // destroyed.  Fails (nothing left running) when the endpoint cannot be bound.
   static absl::StatusOr<std::unique_ptr<RunDns>> Start(const Paths& paths, const control::SandboxRecord& record,
                                                        const std::vector<dns::UpstreamServer>& upstreams,
-                                                       const dns::Lifetime& lifetime = {});
+                                                       const dns::Lifetime& lifetime = {},
+                                                       dns::Bounds bounds = {});
   ~RunDns();
   std::string endpoint() const { return endpoint_; }
   // Returns once every query answered so far is in the audit channel

@@ -90,6 +90,12 @@ nlohmann::json DnsJson(const dns::QueryEvent& e) {
     d["refused"] = nlohmann::json::array();
     for (const auto& r : e.refused) d["refused"].push_back({{"ip", r.addr.ToString()}, {"why", r.why}});
   }
+  if (!e.evicted.empty()) {
+    // Forgotten from the kernel's map under the name's cap (issue 12).
+    d["evicted"] = nlohmann::json::array();
+    for (const auto& a : e.evicted) d["evicted"].push_back({{"ip", a.ToString()}, {"why", "name-cap"}});
+  }
+  if (e.held) d["held"] = {{"name", e.held->name}, {"sandbox", e.held->sandbox}};
   if (e.upstream_ns) d["upstream_latency_ns"] = *e.upstream_ns;
   if (e.learn_ns) d["learn_latency_ns"] = *e.learn_ns;
   if (!e.upstream_error.empty()) d["upstream_error"] = e.upstream_error;

@@ -143,6 +143,7 @@ absl::Status Daemon::Start() {
     dns::ProxyOptions po;
     po.observer = dns_audit_.get();
     po.lifetime = lifetime;
+    po.bounds = dns::Bounds{deployment_.dns.max_addresses_per_sandbox, deployment_.dns.max_addresses_per_name};
     proxy_ = std::make_unique<dns::DnsProxy>(io_, *upstream_, *resolved_, po);
     watcher_ = std::make_unique<RecordWatcher>(io_, *records_, *proxy_, [](const std::string& line) {
       spdlog::info("dns: {}", line);

@@ -214,10 +214,11 @@ void RemoveAddresses(FilteredAnswer& a, const std::set<net::IpAddr>& failed) {
   std::erase_if(a.learn, [&](const Candidate& c) { return failed.count(c.addr) > 0; });
 }
 
-std::optional<Bytes> BuildAnswer(const Query& q, const FilteredAnswer& a, size_t max_size) {
+std::optional<Bytes> BuildAnswer(const Query& q, const FilteredAnswer& a, size_t max_size, int ede_code,
+                                 const std::string& ede_text) {
   MessageWriter w(max_size);
   if (!w.StartAnswer(q, a.rcode)) return std::nullopt;
-  if (q.edns && !w.ReserveOpt(kMaxUdpPayload, q.dnssec_ok)) return std::nullopt;
+  if (q.edns && !w.ReserveOpt(kMaxUdpPayload, q.dnssec_ok, ede_code, ede_text)) return std::nullopt;
   w.SetFlags(a.aa, a.ad, false);
   int section = -1;
   for (const Record& r : a.records) {

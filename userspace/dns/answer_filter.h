@@ -69,8 +69,10 @@ bool AnswersQuestion(const Query& q, const knot_pkt* upstream);
 void RemoveAddresses(FilteredAnswer& a, const std::set<net::IpAddr>& failed);
 
 // The client's answer: ID and question as it asked, `a`'s records, OPT when
-// it used EDNS.  Nullopt when it does not fit `max_size` (then TC).
-std::optional<Bytes> BuildAnswer(const Query& q, const FilteredAnswer& a, size_t max_size);
+// it used EDNS (with an extended error when ede_code >= 0).  Nullopt when it
+// does not fit `max_size` (then TC).
+std::optional<Bytes> BuildAnswer(const Query& q, const FilteredAnswer& a, size_t max_size, int ede_code = -1,
+                                 const std::string& ede_text = {});
 
 }  // namespace egressd::dns
 

@@ -14,6 +14,10 @@ namespace egressd::dns {
 // RFC 8914 info codes the proxy uses.
 inline constexpr int kEdeOther = 0;
 inline constexpr int kEdeBlocked = 15;
+// The sandbox may not learn more addresses (its quota, a name's cap): the
+// operator's bound refuses this client, which is what 18 says; 0 stays for
+// failures of the proxy or the upstream.
+inline constexpr int kEdeProhibited = 18;
 
 // The negative answer's SOA: its TTL and MINIMUM, so stub resolvers cache a
 // denial briefly (a policy change that allows the name takes effect soon).

@@ -46,9 +46,19 @@ struct QueryEvent {
   std::vector<Learned> learned;  // written into the map before the answer
   struct Refused {
     net::IpAddr addr;
-    std::string why;  // "protected", or "map write failed: ..."
+    std::string why;  // "protected", "name-cap", "sandbox-quota", or "map write failed: ..."
   };
   std::vector<Refused> refused;  // removed from the answer
+  // Forgotten from the kernel's map to make room under the name's cap
+  // (learned_book.h): least recently answered, used by no flow.
+  std::vector<net::IpAddr> evicted;
+  // What the sandbox holds after this answer, when the proxy keeps a book:
+  // the question name's addresses and the sandbox's.
+  struct Held {
+    size_t name = 0;
+    size_t sandbox = 0;
+  };
+  std::optional<Held> held;
 
   std::optional<uint64_t> upstream_ns;  // from asking to the answer
   // From the upstream's answer in the proxy's hands (c-ares' callback) to

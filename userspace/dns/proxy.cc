@@ -49,6 +49,9 @@ using Shared = DnsProxy::Shared;
 struct Live {
   std::shared_ptr<const SandboxScope> scope;
   bool stopped = false;
+  // What the sandbox learned, by name (learned_book.h); kept across scope
+  // updates and endpoint moves.
+  std::shared_ptr<LearnedBook> book;
 };
 
 using Reply = std::function<void(Bytes)>;
@@ -121,12 +124,12 @@ void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live
                       // the same name can never interleave their writes.
                       if (!ev) {
                         reply(Finish(*scope, *fwd, answer, limit, sh->sink, sh->opts.lifetime, BootTimeNs(),
-                                     *sh->counters, nullptr));
+                                     *sh->counters, nullptr, live->book.get()));
                         return;
                       }
                       TimedSink timed(sh->sink);
                       Bytes out = Finish(*scope, *fwd, answer, limit, timed, sh->opts.lifetime, BootTimeNs(),
-                                         *sh->counters, ev.get());
+                                         *sh->counters, ev.get(), live->book.get());
                       if (timed.last_learned) ev->learn_ns = NsBetween(answered, *timed.last_learned);
                       reply(std::move(out));
                       sh->opts.observer->OnQuery(*ev);
@@ -420,6 +423,13 @@ DnsProxy::~DnsProxy() {
 absl::Status DnsProxy::Serve(SandboxScope scope, const Endpoint& ep) {
   const uint64_t id = scope.sandbox_id;
   auto it = sandboxes_.find(id);
+  std::shared_ptr<LearnedBook> book;
+  if (it != sandboxes_.end()) {
+    book = it->second->live->book;
+    // Names the new scope no longer allows leave the book at once (their
+    // kernel entries are the kernel side's: ResolvedTable's retention).
+    book->RetainNames([&scope](const std::string& name) { return scope.names.Match(name).has_value(); });
+  }
   if (it != sandboxes_.end() && it->second->ep == ep) {
     it->second->live->scope = std::make_shared<const SandboxScope>(std::move(scope));
     return absl::OkStatus();
@@ -438,6 +448,7 @@ absl::Status DnsProxy::Serve(SandboxScope scope, const Endpoint& ep) {
   auto sb = std::make_shared<Sandbox>();
   sb->ep = ep;
   sb->live = std::make_shared<Live>();
+  sb->live->book = book ? std::move(book) : std::make_shared<LearnedBook>(shared_->opts.bounds);
   sb->live->scope = std::make_shared<const SandboxScope>(std::move(scope));
   for (const auto& addr : {ep.addr4, ep.addr6}) {
     if (!addr) continue;

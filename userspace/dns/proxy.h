@@ -30,6 +30,9 @@ using Endpoint = net::DnsEndpoint;
 
 struct ProxyOptions {
   Lifetime lifetime;
+  // What each sandbox may learn (learned_book.h; dns.maxAddressesPerSandbox
+  // and dns.maxAddressesPerName of the deployment config).
+  Bounds bounds;
   size_t max_tcp_connections = 64;   // per endpoint and family
   size_t max_tcp_in_flight = 32;     // queries pipelined on one connection
   int tcp_idle_ms = 10000;           // an idle connection is closed
@@ -47,7 +50,9 @@ class DnsProxy {
 
   // Serves `scope` at `ep` (binds its sockets), or updates the scope of a
   // sandbox already served at the same endpoint.  A sandbox moved to another
-  // endpoint is rebound.  Fails naming the endpoint when a bind fails.
+  // endpoint is rebound.  Fails naming the endpoint when a bind fails.  The
+  // sandbox's book of learned addresses survives both; an update drops from
+  // it the names the new scope no longer allows.
   absl::Status Serve(SandboxScope scope, const Endpoint& ep);
   // Stops serving a sandbox: its sockets close and answers still in flight
   // are neither learned nor delivered.

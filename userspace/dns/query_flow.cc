@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -103,7 +104,7 @@ Decision Decide(const SandboxScope& sandbox, std::span<const uint8_t> wire, Coun
 
 Bytes Finish(const SandboxScope& sandbox, const Decision& fwd, const absl::StatusOr<Bytes>& upstream,
              size_t max_size, LearnedAddressSink& sink, const Lifetime& lifetime, uint64_t now_boot_ns,
-             Counters& counters, QueryEvent* ev) {
+             Counters& counters, QueryEvent* ev, LearnedBook* book) {
   const Query& q = fwd.query;
   auto servfail = [&](const std::string& why) {
     ++counters.servfail;
@@ -157,11 +158,43 @@ Bytes Finish(const SandboxScope& sandbox, const Decision& fwd, const absl::Statu
     NoteAnswer(ev, *a, a->rcode);
     return *std::move(tentative);
   }
+  // Bounds first: what the book refuses is never written, and what it
+  // evicts is forgotten before this answer's writes (never an address of
+  // this answer).
   std::set<net::IpAddr> failed;
+  std::string bound_text;  // the extended error's text when a bound refused
+  if (book) {
+    std::vector<net::IpAddr> addrs;
+    addrs.reserve(a->learn.size());
+    for (const Candidate& c : a->learn) addrs.push_back(c.addr);
+    LearnedBook::Admission adm = book->Admit(sandbox.sandbox_id, q.qname, addrs, now_boot_ns, sink);
+    counters.evicted += adm.evicted.size();
+    counters.evict_failed += adm.forget_failed;
+    if (ev) ev->evicted = adm.evicted;
+    for (const LearnedBook::Refusal& r : adm.refused) {
+      const bool cap = r.why == std::string_view(kRefusedNameCap);
+      ++(cap ? counters.cap_refused : counters.quota_refused);
+      failed.insert(r.addr);
+      if (ev) ev->refused.push_back({r.addr, r.why});
+      if (bound_text.empty() || !cap) {
+        bound_text = cap ? absl::StrCat("egressd: ", q.qname, " holds its cap of ", book->bounds().per_name,
+                                        " learned addresses, all in use")
+                         : absl::StrCat("egressd: the sandbox's quota of ", book->bounds().per_sandbox,
+                                        " learned addresses is full");
+      }
+    }
+    if (!adm.refused.empty()) {
+      spdlog::warn("dns: sandbox {}: {}: {} of {} addresses not learned, removed from the answer: {}",
+                   sandbox.sandbox_id, q.qname, adm.refused.size(), addrs.size(), bound_text);
+    }
+  }
   for (const Candidate& c : a->learn) {
-    absl::Status s = sink.Learn(sandbox.sandbox_id, c.addr, lifetime.ExpiryNs(now_boot_ns, c.ttl), fwd.match.name_id);
+    if (failed.count(c.addr)) continue;
+    const uint64_t expires = lifetime.ExpiryNs(now_boot_ns, c.ttl);
+    absl::Status s = sink.Learn(sandbox.sandbox_id, c.addr, expires, fwd.match.name_id);
     if (s.ok()) {
       ++counters.learned;
+      if (book) book->Commit(q.qname, c.addr, expires);
       if (ev) ev->learned.push_back({c.addr, c.ttl});
     } else {
       ++counters.learn_failed;
@@ -171,19 +204,26 @@ Bytes Finish(const SandboxScope& sandbox, const Decision& fwd, const absl::Statu
                    c.addr.ToString(), s.ToString());
     }
   }
+  if (book && ev) ev->held = QueryEvent::Held{book->HeldBy(q.qname), book->addresses()};
   if (failed.empty()) {
     ++counters.answered;
     NoteAnswer(ev, *a, a->rcode);
     return *std::move(tentative);
   }
+  // A bound refused some: the extended error says which (18 Prohibited),
+  // else a write failed (0).
+  const int ede = bound_text.empty() ? kEdeOther : kEdeProhibited;
   if (failed.size() == a->learn.size()) {
     if (ev) {
       for (const net::IpAddr& p : a->protected_addrs) ev->refused.push_back({p, "protected"});
     }
-    return servfail("egressd: could not allow the answer's addresses");
+    ++counters.servfail;
+    if (ev) ev->rcode = kRcodeServFail;
+    return BuildServFail(q, ede, bound_text.empty() ? "egressd: could not allow the answer's addresses" : bound_text);
   }
   RemoveAddresses(*a, failed);
-  std::optional<Bytes> reduced = BuildAnswer(q, *a, max_size);
+  std::optional<Bytes> reduced =
+      bound_text.empty() ? BuildAnswer(q, *a, max_size) : BuildAnswer(q, *a, max_size, ede, bound_text);
   if (!reduced) return servfail("egressd: could not build the answer");
   ++counters.answered;
   NoteAnswer(ev, *a, a->rcode);

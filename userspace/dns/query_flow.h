@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "userspace/dns/events.h"
+#include "userspace/dns/learned_book.h"
 #include "userspace/dns/learner.h"
 #include "userspace/dns/message.h"
 #include "userspace/dns/scope.h"
@@ -31,7 +32,10 @@ struct SandboxScope {
 struct Counters {
   std::atomic<uint64_t> queries{0}, dropped{0}, formerr{0}, notimp{0}, denied{0}, forwarded{0},
       answered{0}, servfail{0}, upstream_failed{0}, truncated{0}, learned{0}, learn_failed{0},
-      protected_removed{0}, out_of_chain_removed{0};
+      protected_removed{0}, out_of_chain_removed{0},
+      // Bounds (learned_book.h): addresses evicted under a name's cap, not
+      // learned past the cap or the sandbox's quota, evictions refused.
+      evicted{0}, cap_refused{0}, quota_refused{0}, evict_failed{0};
 };
 
 struct Decision {
@@ -49,12 +53,16 @@ Decision Decide(const SandboxScope& sandbox, std::span<const uint8_t> wire, Coun
 // The client's answer to a forwarded query.  `upstream` is the upstream's
 // answer or why there is none.  Every learned address is written to `sink`
 // before this returns; an address whose write failed is removed, and when
-// none is left the answer is SERVFAIL with an extended error.  `max_size`:
+// none is left the answer is SERVFAIL with an extended error.  `book`, when
+// given, bounds what is learned (learned_book.h): what it refuses is removed
+// from the answer like a failed write, and the extended error is 18
+// "Prohibited" saying which bound.  `max_size`:
 // the client's UDP size, or kMaxMessage over TCP (an answer that does not fit
 // is TC=1 and teaches nothing).
 Bytes Finish(const SandboxScope& sandbox, const Decision& forwarded,
              const absl::StatusOr<Bytes>& upstream, size_t max_size, LearnedAddressSink& sink,
-             const Lifetime& lifetime, uint64_t now_boot_ns, Counters& counters, QueryEvent* event = nullptr);
+             const Lifetime& lifetime, uint64_t now_boot_ns, Counters& counters, QueryEvent* event = nullptr,
+             LearnedBook* book = nullptr);
 
 // The size a UDP answer to `q` may take.
 size_t UdpLimit(const Query& q);

@@ -1,0 +1,168 @@
+#include "userspace/dns/learned_book.h"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+namespace egressd::dns {
+
+size_t LearnedBook::HeldBy(const std::string& name) const {
+  auto it = names_.find(name);
+  return it == names_.end() ? 0 : it->second.lru.size();
+}
+
+void LearnedBook::DropAddr(const net::IpAddr& addr) {
+  auto it = addrs_.find(addr);
+  if (it == addrs_.end()) return;
+  for (const std::string& h : it->second.holders) {
+    auto n = names_.find(h);
+    if (n == names_.end()) continue;
+    auto p = n->second.pos.find(addr);
+    if (p != n->second.pos.end()) {
+      n->second.lru.erase(p->second);
+      n->second.pos.erase(p);
+    }
+    if (n->second.lru.empty()) names_.erase(n);
+  }
+  by_expiry_.erase({it->second.expires, addr});
+  addrs_.erase(it);
+}
+
+bool LearnedBook::Release(const std::string& name, const net::IpAddr& addr) {
+  auto n = names_.find(name);
+  if (n != names_.end()) {
+    auto p = n->second.pos.find(addr);
+    if (p != n->second.pos.end()) {
+      n->second.lru.erase(p->second);
+      n->second.pos.erase(p);
+    }
+  }
+  auto a = addrs_.find(addr);
+  if (a == addrs_.end()) return false;
+  a->second.holders.erase(name);
+  if (!a->second.holders.empty()) return false;
+  by_expiry_.erase({a->second.expires, addr});
+  addrs_.erase(a);
+  return true;
+}
+
+void LearnedBook::Expire(uint64_t now_boot_ns) {
+  // The kernel allows an entry while now < expiry.
+  while (!by_expiry_.empty() && by_expiry_.begin()->first <= now_boot_ns) {
+    net::IpAddr addr = by_expiry_.begin()->second;
+    DropAddr(addr);
+  }
+}
+
+LearnedBook::Admission LearnedBook::Admit(uint64_t sandbox, const std::string& name,
+                                          const std::vector<net::IpAddr>& addrs, uint64_t now_boot_ns,
+                                          LearnedAddressSink& sink) {
+  Expire(now_boot_ns);
+  Admission out;
+  const std::set<net::IpAddr> in_answer(addrs.begin(), addrs.end());
+  // Addresses of the name found in use (or whose use could not be read: an
+  // address is never evicted on a guess) or that the kernel would not
+  // forget: skipped for the rest of this answer.
+  std::set<net::IpAddr> pinned;
+  size_t name_held = HeldBy(name);
+  size_t new_to_sandbox = 0;
+  auto held_by_name = [&](const net::IpAddr& a) {
+    auto n = names_.find(name);
+    return n != names_.end() && n->second.pos.count(a) > 0;
+  };
+  // Evicts the name's least recently answered address that no flow uses and
+  // this answer does not carry; false when there is none.
+  auto evict_one = [&]() {
+    auto n = names_.find(name);
+    if (n == names_.end()) return false;
+    for (auto it = n->second.lru.begin(); it != n->second.lru.end();) {
+      const net::IpAddr victim = *it++;
+      if (in_answer.count(victim) || pinned.count(victim)) continue;
+      absl::StatusOr<bool> used = sink.InUse(sandbox, victim);
+      if (!used.ok() || *used) {
+        if (!used.ok()) {
+          spdlog::warn("dns: sandbox {}: {}: whether a flow uses {} is unknown, kept: {}", sandbox, name,
+                       victim.ToString(), used.status().ToString());
+        }
+        pinned.insert(victim);
+        continue;
+      }
+      const auto a = addrs_.find(victim);
+      const bool last_holder = a != addrs_.end() && a->second.holders.size() == 1;
+      if (last_holder) {
+        absl::Status s = sink.Forget(sandbox, victim);
+        if (!s.ok() && !absl::IsNotFound(s)) {
+          spdlog::warn("dns: sandbox {}: {}: could not evict {}: {}", sandbox, name, victim.ToString(), s.ToString());
+          ++out.forget_failed;
+          pinned.insert(victim);
+          continue;
+        }
+        out.evicted.push_back(victim);
+      }
+      // Held through another name too: it leaves this name's list only (the
+      // kernel still allows it for the other one).
+      Release(name, victim);
+      --name_held;
+      return true;
+    }
+    return false;
+  };
+  for (const net::IpAddr& a : addrs) {
+    if (held_by_name(a)) {  // a refresh: takes no room
+      out.admitted.push_back(a);
+      continue;
+    }
+    if (name_held >= bounds_.per_name && !evict_one()) {
+      out.refused.push_back({a, kRefusedNameCap});
+      continue;
+    }
+    const bool new_to_sandbox_addr = addrs_.count(a) == 0;
+    if (new_to_sandbox_addr && addrs_.size() + new_to_sandbox >= bounds_.per_sandbox) {
+      out.refused.push_back({a, kRefusedSandboxQuota});
+      continue;
+    }
+    ++name_held;
+    if (new_to_sandbox_addr) ++new_to_sandbox;
+    out.admitted.push_back(a);
+  }
+  auto n = names_.find(name);
+  if (n != names_.end() && n->second.lru.empty()) names_.erase(n);
+  return out;
+}
+
+void LearnedBook::Commit(const std::string& name, const net::IpAddr& addr, uint64_t expires_boot_ns) {
+  Name& n = names_[name];
+  auto p = n.pos.find(addr);
+  if (p != n.pos.end()) {
+    n.lru.splice(n.lru.end(), n.lru, p->second);
+  } else {
+    n.pos.emplace(addr, n.lru.insert(n.lru.end(), addr));
+  }
+  Addr& a = addrs_[addr];
+  if (a.expires != 0) by_expiry_.erase({a.expires, addr});
+  // As the kernel's entry: a later answer never shortens an expiry.
+  a.expires = std::max(a.expires, expires_boot_ns);
+  by_expiry_.insert({a.expires, addr});
+  a.holders.insert(name);
+}
+
+void LearnedBook::RetainNames(const std::function<bool(const std::string&)>& keep) {
+  for (auto n = names_.begin(); n != names_.end();) {
+    if (keep(n->first)) {
+      ++n;
+      continue;
+    }
+    for (const net::IpAddr& addr : n->second.lru) {
+      auto a = addrs_.find(addr);
+      if (a == addrs_.end()) continue;
+      a->second.holders.erase(n->first);
+      if (a->second.holders.empty()) {
+        by_expiry_.erase({a->second.expires, addr});
+        addrs_.erase(a);
+      }
+    }
+    n = names_.erase(n);
+  }
+}
+
+}  // namespace egressd::dns

@@ -1,0 +1,109 @@
+// How many addresses a sandbox may learn, and through which names: the
+// proxy's book of what each sandbox holds in the kernel's resolved map, per
+// question name in least-recently-answered order.  It bounds what any
+// upstream can make a sandbox hold:
+//   * a per-(sandbox, name) cap: past it, that name's least recently answered
+//     addresses that no flow uses are evicted (from the kernel map too,
+//     through LearnedAddressSink::Forget); an address a flow uses
+//     (LearnedAddressSink::InUse) is never evicted, and when nothing can be
+//     evicted the new address is not learned;
+//   * a per-sandbox quota of distinct addresses: past it, new addresses are
+//     not learned (nothing is evicted for them: one name cannot push out
+//     another's).
+// The caller removes what is refused from the answer (no client holds an
+// address the kernel does not allow).  One book per sandbox, used from the
+// proxy's loop thread only.  The book follows expiry (an address past its
+// expiry leaves the book: the kernel side collects it or keeps it while a
+// flow uses it) and scope updates (RetainNames), never the kernel map itself:
+// a proxy restarted starts with an empty book.
+#ifndef EGRESSD_USERSPACE_DNS_LEARNED_BOOK_H_
+#define EGRESSD_USERSPACE_DNS_LEARNED_BOOK_H_
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "userspace/dns/learner.h"
+#include "userspace/net/ip.h"
+#include "userspace/policy/deployment_config.h"
+
+namespace egressd::dns {
+
+// Defaults: the deployment config's (userspace/policy/deployment_config.h,
+// argued in docs/dns.md, "Bounds").
+struct Bounds {
+  uint32_t per_sandbox = policy::kDefaultMaxAddressesPerSandbox;
+  uint32_t per_name = policy::kDefaultMaxAddressesPerName;
+};
+
+// Why an address of an answer was not learned.
+inline constexpr char kRefusedNameCap[] = "name-cap";
+inline constexpr char kRefusedSandboxQuota[] = "sandbox-quota";
+
+class LearnedBook {
+ public:
+  explicit LearnedBook(Bounds bounds = {}) : bounds_(bounds) {}
+
+  struct Refusal {
+    net::IpAddr addr;
+    const char* why;  // kRefusedNameCap or kRefusedSandboxQuota
+  };
+  struct Admission {
+    std::vector<net::IpAddr> admitted;  // may be written, in the answer's order
+    std::vector<Refusal> refused;       // not to be written; remove from the answer
+    std::vector<net::IpAddr> evicted;   // forgotten from the kernel for `name`'s cap
+    size_t forget_failed = 0;           // evictions the kernel refused (kept)
+  };
+
+  // Which of `addrs` (one answer's distinct addresses, for question name
+  // `name`) may be written, evicting `name`'s least recently answered
+  // addresses that no flow uses where its cap needs room.  Addresses past
+  // their expiry at `now_boot_ns` leave the book first.
+  Admission Admit(uint64_t sandbox, const std::string& name, const std::vector<net::IpAddr>& addrs,
+                  uint64_t now_boot_ns, LearnedAddressSink& sink);
+
+  // `addr` was written for `name` until `expires_boot_ns`: it becomes the
+  // name's most recently answered address.
+  void Commit(const std::string& name, const net::IpAddr& addr, uint64_t expires_boot_ns);
+
+  // Drops the names `keep` says no (a scope update: names the new policy no
+  // longer allows).  Their addresses leave the book when no other name holds
+  // them; the kernel's entries are the kernel side's to keep or drop.
+  void RetainNames(const std::function<bool(const std::string&)>& keep);
+
+  size_t addresses() const { return addrs_.size(); }
+  size_t names() const { return names_.size(); }
+  // Addresses `name` holds now (0 for a name the book does not know).
+  size_t HeldBy(const std::string& name) const;
+  const Bounds& bounds() const { return bounds_; }
+
+ private:
+  struct Name {
+    std::list<net::IpAddr> lru;  // front: least recently answered
+    std::map<net::IpAddr, std::list<net::IpAddr>::iterator> pos;
+  };
+  struct Addr {
+    uint64_t expires = 0;
+    std::set<std::string> holders;  // names whose answers carried it
+  };
+
+  void Expire(uint64_t now_boot_ns);
+  // Removes `addr` from `name`'s list, and from the book when it was its
+  // last holder (returns true then).
+  bool Release(const std::string& name, const net::IpAddr& addr);
+  void DropAddr(const net::IpAddr& addr);
+
+  Bounds bounds_;
+  std::map<std::string, Name> names_;
+  std::map<net::IpAddr, Addr> addrs_;
+  std::set<std::pair<uint64_t, net::IpAddr>> by_expiry_;
+};
+
+}  // namespace egressd::dns
+
+#endif  // EGRESSD_USERSPACE_DNS_LEARNED_BOOK_H_
