@@ -12,6 +12,7 @@
 #include "loader/loader.h"
 #include "userspace/common/instance_lock.h"
 #include "loader/probe.h"
+#include "maps/map_census.h"
 #include "maps/pinned_maps.h"
 #include "maps/lpm_keys.h"
 #include "maps/policy_store.h"
@@ -200,6 +201,14 @@ int CmdStatus(const Paths& paths, bool json) {
                       {"dangling_entries", c.dangling_entries}};
   for (int i = 0; i < EGR_STAT_MAX; ++i) j["counters"][maps::CounterName(i)] = stats[i];
   if (absl::Status s = PutLearned(*m, *records, j); !s.ok()) return Report(s);
+  // The node-wide map of learned addresses (issue 12): what every sandbox's
+  // quota comes out of.
+  auto census = maps::CountPinnedMaps(paths.pin_root);
+  if (!census.ok()) return Report(census.status());
+  for (const auto& mc : *census) {
+    if (mc.name.rfind("egr_resolved", 0) != 0 || !mc.entries) continue;
+    j["resolved"] = {{"map", mc.name}, {"capacity", mc.max_entries}, {"entries", *mc.entries}};
+  }
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
@@ -235,6 +244,13 @@ int CmdStatus(const Paths& paths, bool json) {
                 absl::StrJoin(e["rules"].get<std::vector<std::string>>(), ",").c_str(), use.c_str());
   }
   if (!c.consistent()) std::printf("  INCONSISTENT (run `egressctl load` to reconcile): %s\n", j["consistency"].dump().c_str());
+  if (j.contains("resolved")) {
+    const auto& r = j["resolved"];
+    const uint64_t cap = r["capacity"].get<uint64_t>(), n = r["entries"].get<uint64_t>();
+    std::printf("  learned addresses %llu of %llu (%.1f%%) in %s\n", (unsigned long long)n, (unsigned long long)cap,
+                cap ? 100.0 * static_cast<double>(n) / static_cast<double>(cap) : 0.0,
+                r["map"].get<std::string>().c_str());
+  }
   for (int i = 0; i < EGR_STAT_MAX; ++i) std::printf("  %-15s %llu\n", maps::CounterName(i), (unsigned long long)stats[i]);
   return kExitOk;
 }
