@@ -118,6 +118,13 @@ absl::StatusOr<std::string> RenderMetrics(const Paths& paths) {
            "DNS queries the sandboxes' proxies answered, as exported in the audit trail, by the proxy's "
            "verdict and the answer's rcode (none: no answer was sent)");
   for (const auto& [k, n] : x.dns_queries) e.Sample(n, {{"verdict", k.first}, {"rcode", k.second}});
+  e.Family("egressd_dns_bounded_addresses_total", "counter",
+           "Learned addresses the DNS proxy's bounds acted on, as exported in the audit trail: evicted under a "
+           "name's cap, or not learned past a name's cap (name-cap) or a sandbox's quota (sandbox-quota)");
+  for (const char* outcome : {"evicted", "name-cap", "sandbox-quota"}) {
+    auto it = x.dns_bounds.find(outcome);
+    e.Sample(it == x.dns_bounds.end() ? 0 : it->second, {{"outcome", outcome}});
+  }
   e.Family("egressd_audit_lost_total", "counter",
            "Occurrences reported lost: loss records' counts (kind=loss) and kernel records never "
            "received (kind=gap)");

@@ -124,6 +124,10 @@ void ReadTotals(const nlohmann::json& j, ExportTotals& t) {
       t.dns_queries[{row[0].get<std::string>(), row[1].get<std::string>()}] = row[2].get<uint64_t>();
     }
   }
+  // {outcome: addresses}; absent in older state files.
+  if (j.contains("dns_bounds") && j["dns_bounds"].is_object()) {
+    for (const auto& [k, v] : j["dns_bounds"].items()) t.dns_bounds[k] = v.get<uint64_t>();
+  }
 }
 
 }  // namespace
@@ -151,6 +155,7 @@ absl::Status Exporter::LoadState() {
   gap_total_ = t.gaps;
   occurrences_ = std::move(t.occurrences);
   dns_queries_ = std::move(t.dns_queries);
+  dns_bounds_ = std::move(t.dns_bounds);
   if (j.contains("cpus")) {
     for (auto& [cpu, next] : j["cpus"].items()) cpus_[std::stoul(cpu)].next = next.get<uint64_t>();
   }
@@ -173,6 +178,8 @@ absl::Status Exporter::SaveState() const {
   for (const auto& [k, n] : occurrences_) j["occurrences"].push_back({k.kind, k.action, k.reason, n});
   j["dns_queries"] = nlohmann::json::array();
   for (const auto& [k, n] : dns_queries_) j["dns_queries"].push_back({k.first, k.second, n});
+  j["dns_bounds"] = nlohmann::json::object();
+  for (const auto& [k, n] : dns_bounds_) j["dns_bounds"][k] = n;
   j["lost_total"] = lost_total_;
   j["gap_total"] = gap_total_;
   return WriteFileAtomically(options_.state_path, j.dump() + "\n");
@@ -372,6 +379,17 @@ absl::Status Exporter::OnUserRecord(nlohmann::json record) {
     std::string rcode = "none";
     if (record.contains("dns") && record["dns"].is_object()) rcode = record["dns"].value("rcode_name", rcode);
     ++dns_queries_[{record.value("verdict", "unknown"), rcode}];
+    // What the learned-address bounds did (docs/dns.md, "Bounds").
+    if (record.contains("dns") && record["dns"].is_object()) {
+      const nlohmann::json& d = record["dns"];
+      if (d.contains("evicted") && d["evicted"].is_array()) dns_bounds_["evicted"] += d["evicted"].size();
+      if (d.contains("refused") && d["refused"].is_array()) {
+        for (const auto& r : d["refused"]) {
+          const std::string why = r.is_object() ? r.value("why", "") : "";
+          if (why == "name-cap" || why == "sandbox-quota") ++dns_bounds_[why];
+        }
+      }
+    }
   }
   return Emit(std::move(record), id, false);
 }

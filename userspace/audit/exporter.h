@@ -151,6 +151,7 @@ class Exporter {
   std::map<uint64_t, uint64_t> counted_, lost_;
   std::map<OccurrenceKey, uint64_t> occurrences_;
   std::map<std::pair<std::string, std::string>, uint64_t> dns_queries_;  // ExportTotals::dns_queries
+  std::map<std::string, uint64_t> dns_bounds_;                            // ExportTotals::dns_bounds
   uint64_t lost_total_ = 0, gap_total_ = 0;  // since the first reader
   std::string line_;  // reused for every line
   uint64_t seq_ = 0;
@@ -181,6 +182,9 @@ struct ExportTotals {
   // The DNS proxy's query records exported, by (verdict, rcode name; "none"
   // when no answer was sent).
   std::map<std::pair<std::string, std::string>, uint64_t> dns_queries;
+  // Addresses the proxy's bounds acted on, from the DNS records: "evicted"
+  // (dns.evicted), "name-cap" and "sandbox-quota" (dns.refused, not learned).
+  std::map<std::string, uint64_t> dns_bounds;
 };
 absl::StatusOr<ExportTotals> ReadExportTotals(const std::string& state_path);
 // <runtime_dir>/audit/state.json
