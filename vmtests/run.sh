@@ -140,6 +140,7 @@ project_bins+=("$bdir/tests/lab/egressd-probe" "$bdir/tools/egressctl/egressctl"
               "$bdir/tests/priv/egr-lock-holder" "$bdir/tests/priv/egr-dns-ask"
               "$bdir/tests/lab/egr-dns-attack"
               "$bdir/tests/priv/egr-mesh-proxy" "$bdir/bench/egr-nft-forwarder")
+project_bins+=("$bdir/tests/lab/egr-churn-dns")  # dns_churn_test (issue 12's bounds)
 for b in "${project_bins[@]}"; do [[ -x $b ]] || die "$b missing: run scripts/build.sh"; done
 # differential_test compares egressd with the nftables rendering through a
 # python3 listener, which this initramfs does not carry (python3 and its
