@@ -22,6 +22,13 @@ namespace egressd::daemon {
 // set labels under "egressd/".
 inline constexpr char kIdLabel[] = "egressd/id";
 
+// The API id a record was registered under (its kIdLabel), if any.
+inline std::optional<std::string> ApiIdOf(const control::SandboxRecord& r) {
+  auto it = r.labels.find(kIdLabel);
+  if (it == r.labels.end()) return std::nullopt;
+  return it->second;
+}
+
 struct SandboxRequest {
   std::string cgroup;                 // cgroup v2 directory (absolute path), or
   std::string pod_uid;                // a Kubernetes pod UID (pod_cgroup.h): exactly one of the two
