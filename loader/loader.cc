@@ -412,4 +412,12 @@ absl::Status UnloadEnforcement(const Paths& paths, const InstanceLock&, bool for
   return absl::OkStatus();
 }
 
+std::vector<std::string> CgroupLinkNames() {
+  std::vector<std::string> names;
+  for (const auto& slot : kPrograms) {
+    if (!slot.lsm) names.push_back(slot.name);
+  }
+  return names;
+}
+
 }  // namespace egressd

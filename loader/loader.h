@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "userspace/common/node.h"
@@ -44,5 +45,9 @@ absl::Status RequireSocketContainment(const Paths& paths);
 // and loads (swapping in place) otherwise.
 bool ProgramsCurrent(const Paths& paths);
 std::string EmbeddedProgramsId();
+
+// The cgroup programs' link names (their pin files under <pin_root>/links),
+// in load order; the LSM links are not among them (link_check.h).
+std::vector<std::string> CgroupLinkNames();
 
 }  // namespace egressd

@@ -101,6 +101,13 @@ absl::Status KillAndRemoveCgroup(const std::string& dir, std::chrono::millisecon
 }
 
 absl::StatusOr<bool> CgroupExists(uint64_t cgroup_id) {
+  auto fd = OpenCgroupById(cgroup_id);
+  if (fd.ok()) return true;
+  if (absl::IsNotFound(fd.status())) return false;
+  return fd.status();
+}
+
+absl::StatusOr<UniqueFd> OpenCgroupById(uint64_t cgroup_id) {
   EGR_ASSIGN_OR_RETURN(std::string root, FindCgroup2Mount());
   UniqueFd mount_fd(open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!mount_fd.valid()) return ErrnoStatus(errno, absl::StrCat("open ", root));
@@ -120,8 +127,8 @@ absl::StatusOr<bool> CgroupExists(uint64_t cgroup_id) {
   }
   std::memcpy(h.fh.f_handle, &cgroup_id, sizeof(cgroup_id));
   UniqueFd cg(open_by_handle_at(mount_fd.get(), &h.fh, O_RDONLY | O_CLOEXEC));
-  if (cg.valid()) return true;
-  if (errno == ESTALE || errno == ENOENT) return false;
+  if (cg.valid()) return cg;
+  if (errno == ESTALE || errno == ENOENT) return absl::NotFoundError(absl::StrCat("cgroup ", cgroup_id, " no longer exists"));
   return ErrnoStatus(errno, absl::StrCat("open_by_handle_at cgroup ", cgroup_id));
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "userspace/common/unique_fd.h"
 
 namespace egressd {
 
@@ -23,6 +24,9 @@ absl::Status KillAndRemoveCgroup(const std::string& dir,
 // cgroup2 mount: a removed cgroup's handle is stale).  Errors other than
 // "stale" are returned, so a caller can stay on the safe side.
 absl::StatusOr<bool> CgroupExists(uint64_t cgroup_id);
+// The cgroup with this id, opened O_RDONLY by its handle (not by a path
+// another cgroup could take); NotFound once it was removed.
+absl::StatusOr<UniqueFd> OpenCgroupById(uint64_t cgroup_id);
 
 // The cgroup's level in the cgroup2 tree mounted at cgroup2_mount (the root
 // is level 0): how many directories below the mount its real path lies.

@@ -37,6 +37,7 @@ Daemon::Daemon(boost::asio::io_context& io, DaemonOptions options) : io_(io), op
 Daemon::~Daemon() {
   // Stops serving; tears nothing down (the pins and records stay).
   server_.reset();
+  gone_watch_.reset();
   audit_host_.reset();
   watcher_.reset();
   collector_.reset();
@@ -72,7 +73,8 @@ absl::Status Daemon::Start() {
   }
   {
     EGR_ASSIGN_OR_RETURN(auto lock, InstanceLock::Acquire(paths));
-    adopted_ = ProgramsCurrent(paths);
+    // A pinned link someone detached is not in force: load, re-attaching it.
+    adopted_ = ProgramsCurrent(paths) && LinksInForce();
     if (!adopted_) {
       EGR_RETURN_IF_ERROR(RequireKernel(paths));
       EGR_ASSIGN_OR_RETURN(LoadReport r, LoadEnforcement(paths, lock));
@@ -127,8 +129,13 @@ absl::Status Daemon::Start() {
   } else {
     spdlog::warn("no dns.upstreams in the config: sandboxes' DNS fails closed and the daemon is not ready");
   }
+  // Sandboxes whose cgroup goes while we run are collected at once.
+  EGR_RETURN_IF_ERROR(StartCollecting());
   audit_host_ = std::make_unique<AuditHost>(io_, paths, options_.audit_window_ms);
   audit_host_->Start();
+  // PUTs held when the last daemon stopped: applied now if their cgroup
+  // appeared meanwhile, before the API answers anyone.
+  ReloadHeld();
   server_ = std::make_unique<HttpServer>(
       io_, [this](const Request& r, const Peer& p) { return Handle(r, p); },
       [this](const std::string& path) { return IsSandboxedPath(path); });
@@ -184,6 +191,7 @@ Response Daemon::Status() {
   j["accepts_uncontained"] = options_.accept_uncontained;
   j["programs"] = adopted_ ? "adopted" : "loaded";
   j["pin_root"] = options_.paths.pin_root;
+  j["links"] = LinksJson(nullptr);
   nlohmann::json ups = nlohmann::json::array();
   for (const auto& u : deployment_.dns.upstreams) ups.push_back(dns::UpstreamServer{u.addr, u.port}.ToString());
   j["dns"] = {{"upstreams", ups}, {"served", proxy_ ? proxy_->size() : 0}};
@@ -201,6 +209,9 @@ Response Daemon::Ready() {
   const bool attached = IsLoaded(options_.paths);
   checks["programs_attached"] = attached;
   if (!attached) missing.push_back("not every cgroup link is pinned under " + options_.paths.pin_root);
+  const size_t before_links = missing.size();
+  checks["links"] = LinksJson(&missing);
+  checks["links_in_force"] = missing.size() == before_links;
   auto m = maps::PinnedMaps::Open(options_.paths.pin_root);
   checks["maps_open"] = m.ok();
   if (!m.ok()) missing.emplace_back(m.status().message());

@@ -29,6 +29,7 @@
 #include "userspace/control/sandbox_record.h"
 #include "userspace/daemon/audit_host.h"
 #include "userspace/daemon/cgroup_watch.h"
+#include "userspace/daemon/cgroup_gone_watch.h"
 #include "userspace/daemon/client.h"
 #include "userspace/daemon/http_server.h"
 #include "userspace/daemon/record_watcher.h"
@@ -100,6 +101,18 @@ class Daemon {
   absl::StatusOr<std::optional<control::SandboxRecord>> Find(const std::string& id);
   nlohmann::json SandboxJson(const control::SandboxRecord& r);
   bool IsSandboxedPath(const std::string& cgroup_path);
+  // Vanished cgroups (cgroup_collect.cc).
+  absl::Status StartCollecting();
+  void CollectVanished(uint64_t cgroup_id);
+  // The cgroup links as the kernel has them (link_status.cc); `missing`
+  // gets a line naming every one not in force.
+  nlohmann::json LinksJson(std::vector<std::string>* missing);
+  bool LinksInForce();
+  // Held PUTs on disk (held_store.cc).
+  std::string HeldDir() const;
+  absl::Status PersistHeld(const std::string& id, const std::string& body);
+  void ForgetHeld(const std::string& id);
+  void ReloadHeld();
 
   boost::asio::io_context& io_;
   DaemonOptions options_;
@@ -120,14 +133,15 @@ class Daemon {
   std::unique_ptr<AuditHost> audit_host_;
   std::unique_ptr<HttpServer> server_;
   std::map<std::string, uint64_t> index_;  // API id -> cgroup id
-  // Held PUTs (pod_uid whose cgroup does not exist yet), by API id; in
-  // memory only: a restart forgets them (docs/api.md).
+  // Held PUTs (pod_uid whose cgroup does not exist yet), by API id; each
+  // also on disk until it is applied or deleted (held_store.cc).
   struct Held {
     SandboxRequest request;
     nlohmann::json error;  // non-null: its cgroup appeared but applying failed (the answer's body)
   };
   std::map<std::string, Held> held_;
   std::unique_ptr<CgroupWatch> cgroup_watch_;
+  std::unique_ptr<CgroupGoneWatch> gone_watch_;
 };
 
 }  // namespace egressd::daemon

@@ -126,6 +126,7 @@ void Daemon::OnCgroupTreeChange() {
       if (r.status < 300) {
         spdlog::info("sandbox {}: pod {}'s cgroup {} appeared: applied", it->first, h.request.pod_uid,
                      r.body.value("cgroup", ""));
+        ForgetHeld(it->first);
         it = held_.erase(it);
         continue;
       }

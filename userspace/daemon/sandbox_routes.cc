@@ -111,13 +111,24 @@ Response Daemon::Put(const std::string& id, const std::string& body) {
   if (!req.ok()) return FromStatus(req.status());
   if (!req->pod_uid.empty()) {
     auto cg = FindPodCgroup(KubeletRoots(), req->pod_uid);
-    if (absl::IsNotFound(cg.status())) return Hold(id, *req);
+    if (absl::IsNotFound(cg.status())) {
+      Response held = Hold(id, *req);
+      if (held.status == 202) {
+        if (absl::Status s = PersistHeld(id, body); !s.ok()) {
+          spdlog::error("sandbox {}: held, but not on disk (a restart forgets it): {}", id, s.ToString());
+        }
+      }
+      return held;
+    }
     if (!cg.ok()) return FromStatus(cg.status());
     req->cgroup = *cg;
   }
   Response r = Apply(id, *req);
   // A PUT that named a cgroup, or found its pod's, replaces what was held.
-  if (r.status < 300 && held_.erase(id) > 0) OnCgroupTreeChange();
+  if (r.status < 300 && held_.erase(id) > 0) {
+    ForgetHeld(id);
+    OnCgroupTreeChange();
+  }
   return r;
 }
 
@@ -251,6 +262,7 @@ Response Daemon::Delete(const std::string& id) {
     // Cancelled: nothing was in the kernel; the watches move off.
     const std::string state = h->second.error.is_null() ? "pending" : "failed";
     held_.erase(h);
+    ForgetHeld(id);
     OnCgroupTreeChange();
     return Response{200, {{"deleted", id}, {"state", state}}};
   }
