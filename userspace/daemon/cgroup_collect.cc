@@ -16,7 +16,7 @@
 namespace egressd::daemon {
 
 absl::Status Daemon::StartCollecting() {
-  gone_watch_ = std::make_unique<CgroupGoneWatch>(io_, records_->dir(),
+  gone_watch_ = std::make_unique<CgroupGoneWatch>(io_, *records_,
                                                   [this](uint64_t id) { CollectVanished(id); });
   return gone_watch_->Start();
 }
@@ -33,7 +33,7 @@ void Daemon::CollectVanished(uint64_t cgroup_id) {
   if (auto exists = CgroupExists(cgroup_id); !exists.ok() || *exists) {
     spdlog::warn("cgroup {}: reported removed but {}: kept", cgroup_id,
                  exists.ok() ? "it exists" : exists.status().ToString());
-    if (exists.ok() && gone_watch_) gone_watch_->Watch(cgroup_id);
+    if (exists.ok() && gone_watch_ && rec.ok()) gone_watch_->Watch(cgroup_id, (*rec)->cgroup_path);
     return;
   }
   std::string path, id_text;

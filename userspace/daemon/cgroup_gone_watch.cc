@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "userspace/common/cgroup_tree.h"
 #include "userspace/common/errors.h"
+#include "userspace/common/node.h"
 
 namespace egressd::daemon {
 
@@ -30,8 +31,8 @@ bool RecordIdOf(const std::string& name, uint64_t& id) {
 
 }  // namespace
 
-CgroupGoneWatch::CgroupGoneWatch(asio::io_context& io, std::string records_dir, Gone gone)
-    : io_(io), records_dir_(std::move(records_dir)), gone_(std::move(gone)), sd_(io) {}
+CgroupGoneWatch::CgroupGoneWatch(asio::io_context& io, const control::SandboxRecords& records, Gone gone)
+    : io_(io), records_(records), records_dir_(records.dir()), gone_(std::move(gone)), sd_(io) {}
 
 CgroupGoneWatch::~CgroupGoneWatch() {
   boost::system::error_code ec;
@@ -49,43 +50,73 @@ absl::Status CgroupGoneWatch::Start() {
   return absl::OkStatus();
 }
 
-void CgroupGoneWatch::Watch(uint64_t cgroup_id) {
+void CgroupGoneWatch::WatchRecord(uint64_t cgroup_id) {
   if (by_id_.count(cgroup_id)) return;
-  auto cg = OpenCgroupById(cgroup_id);
-  if (absl::IsNotFound(cg.status())) return Report(cgroup_id);
-  if (!cg.ok()) {
-    spdlog::warn("cgroup {}: {}: its removal is seen at the next start only", cgroup_id, cg.status().ToString());
+  auto r = records_.Load(cgroup_id);
+  if (!r.ok()) {
+    spdlog::warn("cgroup removals: record {}: {}", cgroup_id, r.status().ToString());
     return;
   }
-  // The magic link resolves to the directory the handle opened.
-  const std::string via = absl::StrCat("/proc/self/fd/", cg->get());
-  int wd = inotify_add_watch(sd_.native_handle(), via.c_str(), IN_DELETE_SELF | IN_ONLYDIR);
+  if (*r) Watch(cgroup_id, (*r)->cgroup_path);
+}
+
+void CgroupGoneWatch::Watch(uint64_t cgroup_id, const std::string& cgroup_path) {
+  if (by_id_.count(cgroup_id)) return;
+  const auto slash = cgroup_path.find_last_of('/');
+  if (cgroup_path.empty() || slash == std::string::npos || slash == 0) {
+    auto e = CgroupExists(cgroup_id);
+    if (e.ok() && !*e) return Report(cgroup_id);
+    spdlog::debug("cgroup {}: no path in its record: its removal is seen at the next start", cgroup_id);
+    return;
+  }
+  const std::string parent = cgroup_path.substr(0, slash);
+  int wd = inotify_add_watch(sd_.native_handle(), parent.c_str(), IN_DELETE | IN_DELETE_SELF | IN_ONLYDIR);
   if (wd < 0) {
-    spdlog::warn("cgroup {}: inotify_add_watch: {}: its removal is seen at the next start only", cgroup_id,
+    // The parent went, so did the cgroup (or it was never where the record says).
+    if (auto e = CgroupExists(cgroup_id); e.ok() && !*e) return Report(cgroup_id);
+    spdlog::warn("cgroup {}: inotify_add_watch {}: {}: its removal is seen at the next start", cgroup_id, parent,
                  std::strerror(errno));
     return;
   }
-  by_wd_[wd] = cgroup_id;
-  by_id_[cgroup_id] = wd;
-  cg->reset();
-  // Removed between the open and the watch: the event may have gone to the
-  // fd we held, not to the watch.
-  if (auto again = CgroupExists(cgroup_id); again.ok() && !*again) {
-    Unwatch(cgroup_id);
-    Report(cgroup_id);
+  parents_[wd] = parent;
+  by_id_[cgroup_id] = Watched{wd, cgroup_path.substr(slash + 1)};
+  // Watched from here on; gone already, or its path holds another cgroup
+  // (cgroup2 has no rename: ours went): reported now.
+  auto id = CgroupIdOf(cgroup_path);
+  if (!id.ok() || *id != cgroup_id) {
+    if (auto e = CgroupExists(cgroup_id); e.ok() && !*e) {
+      Unwatch(cgroup_id);
+      Report(cgroup_id);
+    }
   }
 }
 
 void CgroupGoneWatch::Unwatch(uint64_t cgroup_id) {
   auto it = by_id_.find(cgroup_id);
   if (it == by_id_.end()) return;
-  inotify_rm_watch(sd_.native_handle(), it->second);  // EINVAL once the directory went: dropped already
-  by_wd_.erase(it->second);
+  const int wd = it->second.wd;
   by_id_.erase(it);
+  for (const auto& [id, w] : by_id_) {
+    if (w.wd == wd) return;  // the parent still holds others
+  }
+  inotify_rm_watch(sd_.native_handle(), wd);  // EINVAL once the directory went: dropped already
+  parents_.erase(wd);
 }
 
 void CgroupGoneWatch::Report(uint64_t cgroup_id) {
   asio::post(io_, [this, cgroup_id] { gone_(cgroup_id); });
+}
+
+void CgroupGoneWatch::CheckUnder(int wd, const std::string& name) {
+  std::vector<uint64_t> gone;
+  for (const auto& [id, w] : by_id_) {
+    if (w.wd != wd || (!name.empty() && w.name != name)) continue;
+    if (auto e = CgroupExists(id); e.ok() && !*e) gone.push_back(id);
+  }
+  for (uint64_t id : gone) {
+    Unwatch(id);
+    Report(id);
+  }
 }
 
 void CgroupGoneWatch::Rescan() {
@@ -101,20 +132,15 @@ void CgroupGoneWatch::Rescan() {
     return;
   }
   std::vector<uint64_t> drop;
-  for (const auto& [id, wd] : by_id_) {
+  for (const auto& [id, w] : by_id_) {
     if (!recorded.count(id)) drop.push_back(id);
   }
   for (uint64_t id : drop) Unwatch(id);
   // A watched cgroup that went while events were lost.
-  std::vector<uint64_t> gone;
-  for (const auto& [id, wd] : by_id_) {
-    if (auto e = CgroupExists(id); e.ok() && !*e) gone.push_back(id);
-  }
-  for (uint64_t id : gone) {
-    Unwatch(id);
-    Report(id);
-  }
-  for (uint64_t id : recorded) Watch(id);
+  std::set<int> wds;
+  for (const auto& [id, w] : by_id_) wds.insert(w.wd);
+  for (int wd : wds) CheckUnder(wd, "");
+  for (uint64_t id : recorded) WatchRecord(id);
 }
 
 void CgroupGoneWatch::Read() {
@@ -125,6 +151,7 @@ void CgroupGoneWatch::Read() {
     }
     bool overflow = false;
     std::set<uint64_t> written, removed;
+    std::vector<std::pair<int, std::string>> deleted;  // parent watch, name ("" : the parent itself)
     for (size_t off = 0; off + sizeof(inotify_event) <= n;) {
       auto* ev = reinterpret_cast<const inotify_event*>(buf_.data() + off);
       off += sizeof(inotify_event) + ev->len;
@@ -132,9 +159,10 @@ void CgroupGoneWatch::Read() {
         overflow = true;
         continue;
       }
+      const std::string name = ev->len ? std::string(ev->name) : std::string();
       if (ev->wd == records_wd_) {
         uint64_t id = 0;
-        if (!ev->len || !RecordIdOf(ev->name, id)) continue;
+        if (!RecordIdOf(name, id)) continue;
         if (ev->mask & (IN_DELETE | IN_MOVED_FROM)) {
           removed.insert(id);
           written.erase(id);
@@ -144,16 +172,15 @@ void CgroupGoneWatch::Read() {
         }
         continue;
       }
-      if (!(ev->mask & (IN_DELETE_SELF | IN_IGNORED))) continue;
-      auto it = by_wd_.find(ev->wd);
-      if (it == by_wd_.end()) continue;  // a watch we dropped ourselves
-      const uint64_t id = it->second;
-      by_id_.erase(id);
-      by_wd_.erase(it);
-      Report(id);
+      if (ev->mask & (IN_DELETE_SELF | IN_IGNORED)) {
+        deleted.emplace_back(ev->wd, "");
+      } else if ((ev->mask & IN_DELETE) && (ev->mask & IN_ISDIR)) {
+        deleted.emplace_back(ev->wd, name);
+      }
     }
+    for (const auto& [wd, name] : deleted) CheckUnder(wd, name);
     for (uint64_t id : removed) Unwatch(id);
-    for (uint64_t id : written) Watch(id);
+    for (uint64_t id : written) WatchRecord(id);
     if (overflow) Rescan();
     Read();
   });

@@ -1,0 +1,409 @@
+// The daemon's lifecycle (issue 14) on the node-routed lab, one loaded
+// instance for the binary, a daemon process per test:
+//   - a sandbox whose cgroup is removed while the daemon runs is collected at
+//     once (inotify, no polling): entry, policy reference, DNS endpoint,
+//     learned addresses, record; an audit `removed` record says why;
+//   - a pinned link detached behind the daemon's back makes /readyz 503
+//     naming it (and /v1/status says so); a restart re-attaches it;
+//   - a held PUT survives kill -9: the pod's cgroup made while the daemon is
+//     down is enforced at its restart before a process waiting in it
+//     connects;
+//   - a policy change is a flip under a connect loop: nothing neither
+//     policy allows ever gets out, counted at the lab host;
+//   - kill -9 and restart under a connect loop: every allowed connect
+//     passes and every denied one is refused throughout, and a learned
+//     address keeps its expiry.
+#include <bpf/bpf.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "egressd_env.h"
+#include "lab_dns.h"
+#include "maps/dns_endpoints.h"
+#include "maps/egressd_abi.h"
+#include "maps/resolved_table.h"
+#include "userspace/daemon/client.h"
+
+namespace egressd::test {
+namespace {
+
+using namespace std::chrono_literals;
+using lab::DnsServer;
+using lab::DnsServerSpec;
+using lab::Lab;
+using lab::ProbeLine;
+using lab::RunResult;
+using lab::RunSpec;
+
+constexpr const char* kUpstream = lab::kPublicE4;  // the config's dns.upstreams
+constexpr const char* kName = "named.example";     // -> kPublicC4
+
+class DaemonLifecycle : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!lab::RunningAsRootWithSysAdmin()) return;
+    auto up = DnsServer::Start(DnsServerSpec{.netns = Shared().lab().world_netns(),
+                                             .listen = {kUpstream},
+                                             .records = {{kName, {lab::kPublicC4}}},
+                                             .extra_args = {"--local-ttl=300"}});
+    ASSERT_TRUE(up.ok()) << up.status();
+    upstream_ = std::move(*up).release();
+    config_ = Shared().runtime_dir() + "-lifecycle.yaml";
+    std::ofstream(config_) << "dns:\n  upstreams: [" << kUpstream << "]\n  endpoint4: " << lab::kPodGatewayV4 << "\n";
+  }
+  static void TearDownTestSuite() {
+    delete upstream_;
+    upstream_ = nullptr;
+    unlink(config_.c_str());
+  }
+  void SetUp() override {
+    EGR_REQUIRE_PRIVILEGES();
+    ASSERT_NE(upstream_, nullptr);
+    lab().ResetCounters();
+  }
+  void TearDown() override {
+    for (const auto& cg : registered_) Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
+    for (const auto& cg : contained_) Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
+    if (daemon_) daemon_->Stop();
+  }
+  Lab& lab() { return Shared().lab(); }
+  static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+
+  void StartDaemon(const std::vector<std::string>& extra = {}) {
+    RunSpec s;
+    s.netns = lab().node_netns();
+    s.env = Shared().CtlEnv();
+    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket()};
+    s.argv.insert(s.argv.end(), extra.begin(), extra.end());
+    s.timeout = 10min;
+    auto bg = lab::Start(s);
+    ASSERT_TRUE(bg.ok()) << bg.status();
+    daemon_ = std::move(*bg);
+    auto line = daemon_->ReadOutLine(std::chrono::milliseconds(int(60000 * TimeScale())));
+    ASSERT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << daemon_->err();
+  }
+  void Kill9() {
+    ASSERT_TRUE(daemon_);
+    kill(daemon_->pid(), SIGKILL);
+    RunResult r = daemon_->Wait();
+    EXPECT_EQ(r.exit_code, -SIGKILL) << r.Describe();
+    daemon_.reset();
+  }
+  daemon::ClientResponse Call(const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
+    auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : daemon::ClientResponse{};
+  }
+  std::string Put(const std::string& id, nlohmann::json body, int want = 201) {
+    static int n = 0;
+    auto cg = lab().MakeCgroup(absl::StrCat("lifecycle-", n++));
+    EXPECT_TRUE(cg.ok()) << cg.status();
+    if (!cg.ok()) return "";
+    body["cgroup"] = *cg;
+    registered_.push_back(*cg);
+    daemon::ClientResponse r = Call("PUT", "/v1/sandboxes/" + id, body);
+    EXPECT_EQ(r.status, want) << r.body.dump(2);
+    return *cg;
+  }
+  RunSpec InSandboxSpec(const std::string& cgroup, std::vector<std::string> argv) {
+    argv.insert(argv.begin(), {"setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--"});
+    RunSpec spec;
+    spec.argv = std::move(argv);
+    spec.netns = lab().pod().netns;
+    spec.cgroup = cgroup;
+    spec.timeout = 120s;
+    return spec;
+  }
+  ProbeLine Connect(const std::string& cgroup, const std::string& addr) {
+    RunResult r = lab::Run(InSandboxSpec(cgroup, {lab::BinaryPath("egressd-probe"), "batch", absl::StrCat("tcp ", addr, " 80")}));
+    auto lines = Lines(r);
+    EXPECT_EQ(lines.size(), 1u) << r.Describe();
+    return lines.empty() ? ProbeLine{} : lines[0];
+  }
+  // A connect loop: `rounds` rounds of a connect to each of `addrs`, one
+  // JSON line each, started in the background.
+  std::optional<lab::Background> ConnectLoop(const std::string& cgroup, const std::vector<std::string>& addrs,
+                                             int rounds) {
+    std::vector<std::string> argv = {lab::BinaryPath("egressd-probe"), "batch"};
+    for (int i = 0; i < rounds; ++i) {
+      for (const auto& a : addrs) argv.push_back(absl::StrCat("tcp ", a, " 80 --timeout-ms 3000"));
+    }
+    auto bg = lab::Start(InSandboxSpec(cgroup, argv));
+    EXPECT_TRUE(bg.ok()) << bg.status();
+    if (!bg.ok()) return std::nullopt;
+    return std::move(*bg);
+  }
+  nlohmann::json CtlStatus() {
+    RunResult st = Shared().Ctl({"status", "--json"});
+    EXPECT_EQ(st.exit_code, 0) << st.Describe();
+    return nlohmann::json::parse(st.out, nullptr, false);
+  }
+  std::optional<egr_resolved_val> Learned(uint64_t sandbox, const std::string& addr) {
+    int fd = bpf_obj_get((Shared().pin_root() + "/" EGR_MAP_RESOLVED).c_str());
+    EXPECT_GE(fd, 0) << "open pinned " << EGR_MAP_RESOLVED << ": " << strerror(errno);
+    if (fd < 0) return std::nullopt;
+    maps::ResolvedTable table(fd);
+    auto got = table.Get(sandbox, *net::IpAddr::Parse(addr));
+    close(fd);
+    EXPECT_TRUE(got.ok()) << got.status();
+    return got.ok() ? *got : std::nullopt;
+  }
+  RunResult Dig(const std::string& cgroup, const std::string& name) {
+    RunSpec s = InSandboxSpec(cgroup, {"dig", "+time=1", "+tries=1", "+short", "@8.8.8.8", name});
+    s.argv.erase(s.argv.begin(), s.argv.begin() + 6);  // dig needs no hostility
+    return lab::Run(s);
+  }
+
+  static inline DnsServer* upstream_ = nullptr;
+  static inline std::string config_;
+  std::optional<lab::Background> daemon_;
+  std::vector<std::string> registered_;
+  std::vector<std::string> contained_;
+};
+
+std::string FirstLine(const std::string& s) {
+  return std::string(absl::StripAsciiWhitespace(s.substr(0, s.find('\n'))));
+}
+
+TEST_F(DaemonLifecycle, ASandboxWhoseCgroupIsRemovedIsCollectedAtOnceFromEveryMap) {
+  StartDaemon();
+  const std::string cg = Put("pod-gone", {{"egress", {lab::kPublicA4, kName}}, {"labels", {{"pod", "gone"}}}});
+  const nlohmann::json got = Call("GET", "/v1/sandboxes/pod-gone").body;
+  ASSERT_TRUE(got.value("enforced", false)) << got.dump(2);
+  const uint64_t id = got.value("cgroup_id", uint64_t{0});
+  const uint32_t policy_id = got.value("policy_id", 0u);
+  EXPECT_EQ(FirstLine(Dig(cg, kName).out), lab::kPublicC4);
+  ASSERT_TRUE(Ok(Connect(cg, lab::kPublicC4))) << "learned through the daemon's proxy";
+  // Everything the sandbox holds, before.
+  ASSERT_TRUE(Learned(id, lab::kPublicC4).has_value());
+  auto dns = maps::DnsEndpoints::Open(Shared().pin_root());
+  ASSERT_TRUE(dns.ok()) << dns.status();
+  ASSERT_TRUE(dns->Get(id).ok() && dns->Get(id)->has_value()) << "its DNS endpoint";
+  const int served_before = Call("GET", "/v1/status").body["dns"].value("served", 0);
+  const nlohmann::json before = CtlStatus();
+  auto holds = [&](const nlohmann::json& st) {
+    std::vector<std::string> held;
+    for (const auto& c : st["cgroups"]) if (c.value("cgroup_id", uint64_t{0}) == id) held.push_back("sandbox entry");
+    for (const auto& r : st["records"]) if (r.value("cgroup_id", uint64_t{0}) == id) held.push_back("record");
+    for (const auto& p : st["policies"]) if (p.value("policy_id", 0u) == policy_id) held.push_back("policy");
+    for (const auto& e : st["learned"]["entries"]) if (e.value("sandbox", uint64_t{0}) == id) held.push_back("learned");
+    return held;
+  };
+  EXPECT_EQ(holds(before), (std::vector<std::string>{"sandbox entry", "record", "policy", "learned"})) << before.dump(2);
+
+  // Its processes exited (each probe ran to its end); the runtime removes it.
+  ASSERT_EQ(rmdir(cg.c_str()), 0) << cg << ": " << strerror(errno);
+  registered_.clear();
+  // The daemon's word that it collected it, then what every map holds.
+  ASSERT_TRUE(Lab::WaitFor([&] { return daemon_->err().find(absl::StrCat("cgroup ", cg, " removed: collected")) !=
+                                        std::string::npos; },
+                           std::chrono::milliseconds(int(5000 * TimeScale()))))
+      << daemon_->err();
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/pod-gone").status, 404);
+  const nlohmann::json after = CtlStatus();
+  EXPECT_TRUE(holds(after).empty()) << after.dump(2);
+  EXPECT_TRUE(after["consistency"].value("consistent", false)) << after["consistency"].dump();
+  EXPECT_FALSE(Learned(id, lab::kPublicC4).has_value());
+  auto ep = dns->Get(id);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  EXPECT_FALSE(ep->has_value()) << "its DNS endpoint went";
+  EXPECT_EQ(Call("GET", "/v1/status").body["dns"].value("served", 0), served_before - 1)
+      << "its endpoint is no longer served";
+}
+
+TEST_F(DaemonLifecycle, ADetachedLinkMakesReadyz503NamingItAndARestartReattachesIt) {
+  StartDaemon();
+  ASSERT_EQ(Call("GET", "/readyz").status, 200);
+  const nlohmann::json st = Call("GET", "/v1/status").body;
+  ASSERT_TRUE(st["links"].is_object()) << st.dump(2);
+  EXPECT_EQ(st["links"].value("egr_connect4", ""), "attached") << st.dump(2);
+  const std::string cg = Put("pod-links", {{"egress", {lab::kPublicA4}}});
+  ASSERT_EQ(Errno(Connect(cg, lab::kPublicB4)), "EPERM");
+
+  // Behind its back: the pin stays, the link judges nothing.
+  const std::string pin = Shared().pin_root() + "/links/egr_connect4";
+  RunResult det = lab::Run(RunSpec{.argv = {"bpftool", "link", "detach", "pinned", pin}});
+  ASSERT_EQ(det.exit_code, 0) << det.Describe();
+  struct stat sb {};
+  ASSERT_EQ(stat(pin.c_str(), &sb), 0) << "the pin stays";
+  const daemon::ClientResponse ready = Call("GET", "/readyz");
+  EXPECT_EQ(ready.status, 503) << ready.body.dump(2);
+  EXPECT_TRUE(absl::StrContains(ready.body["missing"].dump(), "egr_connect4: detached")) << ready.body.dump(2);
+  EXPECT_FALSE(ready.body["checks"].value("links_in_force", true)) << ready.body.dump(2);
+  EXPECT_NE(Call("GET", "/v1/status").body["links"].value("egr_connect4", "attached"), "attached");
+  EXPECT_EQ(Call("GET", "/v1/status").body["links"].value("egr_connect6", ""), "attached") << "only that one";
+  // The detach mattered: the connect hook no longer refuses.
+  EXPECT_NE(Errno(Connect(cg, lab::kPublicB4)), "EPERM");
+
+  // A restart loads (it cannot adopt a detached link) and re-attaches it.
+  Kill9();
+  StartDaemon();
+  EXPECT_EQ(Call("GET", "/readyz").status, 200);
+  const nlohmann::json st2 = Call("GET", "/v1/status").body;
+  EXPECT_EQ(st2.value("programs", ""), "loaded") << st2.dump(2);
+  EXPECT_EQ(st2["links"].value("egr_connect4", ""), "attached") << st2.dump(2);
+  EXPECT_EQ(Errno(Connect(cg, lab::kPublicB4)), "EPERM") << "enforced again";
+  EXPECT_TRUE(Ok(Connect(cg, lab::kPublicA4)));
+}
+
+TEST_F(DaemonLifecycle, AHeldPutSurvivesKill9AndIsEnforcedAtRestartBeforeTheWaitingPodConnects) {
+  // A synthetic kubelet (systemd layout) whose pods' parent is a contained root.
+  auto root = lab().MakeCgroup("kubelet-h");
+  ASSERT_TRUE(root.ok()) << root.status();
+  const std::string rel = "kubelet-h/kubepods.slice/kubepods-burstable.slice";
+  auto qos = lab().MakeCgroup(rel);
+  ASSERT_TRUE(qos.ok()) << qos.status();
+  RunResult c = Shared().Ctl({"sandbox", "contain", "--cgroup", *qos});
+  ASSERT_EQ(c.exit_code, 0) << c.Describe();
+  contained_.push_back(*qos);
+  const std::string uid = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+  const std::string pod_rel = rel + "/kubepods-burstable-pod0a1b2c3d_4e5f_4a6b_8c7d_9e0f1a2b3c4d.slice";
+  const std::string pod = lab().cgroup_base() + "/" + pod_rel;
+  registered_.push_back(pod);
+
+  StartDaemon({"--kubelet-cgroup-root", *root});
+  daemon::ClientResponse held = Call("PUT", "/v1/sandboxes/pod-held", {{"pod_uid", uid}, {"egress", {lab::kPublicA4}}});
+  ASSERT_EQ(held.status, 202) << held.body.dump(2);
+  const std::string file = Shared().runtime_dir() + "/held/pod-held.json";
+  struct stat sb {};
+  ASSERT_EQ(stat(file.c_str(), &sb), 0) << "held on disk: " << file;
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+  Kill9();
+
+  // While no daemon runs: the pod's cgroup, and a process in it that waits
+  // for our signal (a FIFO opened for writing) before it connects.
+  auto made = lab().MakeCgroup(pod_rel);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const std::string fifo = Shared().runtime_dir() + "/held-go.fifo";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << strerror(errno);
+  auto waiting = lab::Start(InSandboxSpec(pod, {"sh", "-c", absl::StrCat("read go < ", fifo, " && exec ",
+                                                                         lab::BinaryPath("egressd-probe"), " batch 'tcp ",
+                                                                         lab::kPublicB4, " 80' 'tcp ", lab::kPublicA4, " 80'")}));
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+
+  StartDaemon({"--kubelet-cgroup-root", *root});
+  const nlohmann::json got = Call("GET", "/v1/sandboxes/pod-held").body;
+  EXPECT_EQ(got.value("state", ""), "enforced") << "applied at start, before the API answered: " << got.dump(2);
+  EXPECT_EQ(got.value("cgroup", ""), pod);
+  EXPECT_NE(stat(file.c_str(), &sb), 0) << "applied: no longer held on disk";
+  {
+    std::ofstream go(fifo);
+    go << "go\n";
+  }
+  RunResult r = waiting->Wait(std::chrono::milliseconds(int(20000 * TimeScale())));
+  unlink(fifo.c_str());
+  auto lines = Lines(r);
+  ASSERT_EQ(lines.size(), 2u) << r.Describe();
+  EXPECT_EQ(Errno(lines[0]), "EPERM") << "denied by the pod's policy";
+  EXPECT_TRUE(Ok(lines[1])) << "allowed by it (not merely contained)";
+  ASSERT_TRUE(lab().Drain().ok());
+  EXPECT_EQ(lab().FlowsOpenedTo(lab::kPublicB4), 0u) << lab().CountersSummary();
+
+  // A held PUT deleted is gone from disk too, and stays gone at restart.
+  const std::string uid2 = "5f4e3d2c-1b0a-4f9e-8d7c-6b5a49382716";
+  ASSERT_EQ(Call("PUT", "/v1/sandboxes/pod-held2", {{"pod_uid", uid2}, {"egress", {lab::kPublicA4}}}).status, 202);
+  ASSERT_EQ(stat((Shared().runtime_dir() + "/held/pod-held2.json").c_str(), &sb), 0);
+  EXPECT_EQ(Call("DELETE", "/v1/sandboxes/pod-held2").status, 200);
+  EXPECT_NE(stat((Shared().runtime_dir() + "/held/pod-held2.json").c_str(), &sb), 0);
+}
+
+// X allowed by A, Y by B, Z by neither: a loop connects to all three while
+// the policy flips between A and B.  Every connect is judged wholly by A or
+// wholly by B: ok or EPERM, and Z never.
+TEST_F(DaemonLifecycle, APolicyChangeIsAFlipUnderAConnectLoop) {
+  const char* x = lab::kPublicA4;
+  const char* y = lab::kPublicB4;
+  const char* z = lab::kPublicD4;
+  StartDaemon();
+  const std::string cg = Put("pod-flip", {{"egress", {x}}});
+  // A loop longer than the flips; stopped once they are done.
+  auto loop = ConnectLoop(cg, {x, y, z}, 3000);
+  ASSERT_TRUE(loop);
+  ASSERT_TRUE(loop->ReadOutLine(20s)) << "the loop never started: " << loop->err();
+  const int want_flips = 10;
+  int flips = 0;
+  for (; flips < want_flips; ++flips) {
+    const nlohmann::json policy = {{"cgroup", cg}, {"egress", {flips % 2 == 0 ? y : x}}};
+    daemon::ClientResponse r = Call("PUT", "/v1/sandboxes/pod-flip", policy);
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+  }
+  ASSERT_TRUE(loop->running()) << "the loop ended before the flips did";
+  kill(loop->pid(), SIGKILL);
+  RunResult out = loop->Wait();
+  auto lines = Lines(out);
+  ASSERT_GT(lines.size(), size_t(3 * want_flips)) << out.Describe();
+  int ok_x = 0, ok_y = 0, refused = 0;
+  for (const auto& l : lines) {
+    const std::string dst = l.count("dst") ? l.at("dst") : "";
+    if (Ok(l)) {
+      EXPECT_NE(dst, z) << "a connect neither policy allows succeeded";
+      ok_x += dst == x;
+      ok_y += dst == y;
+    } else {
+      EXPECT_EQ(Errno(l), "EPERM") << "neither A's nor B's verdict: " << dst;
+      ++refused;
+    }
+  }
+  std::printf("flip under a connect loop: %d flips, %zu connects (%d to X ok, %d to Y ok, %d refused)\n", flips,
+              lines.size(), ok_x, ok_y, refused);
+  EXPECT_GT(ok_x, 0);
+  EXPECT_GT(ok_y, 0);
+  ASSERT_TRUE(lab().Drain().ok());
+  EXPECT_EQ(lab().FlowsOpenedTo(z), 0u) << "a SYN to Z got out: " << lab().CountersSummary();
+  EXPECT_GT(lab().FlowsOpenedTo(x), 0u) << lab().CountersSummary();
+  EXPECT_GT(lab().FlowsOpenedTo(y), 0u) << lab().CountersSummary();
+}
+
+// kill -9 and restart while a loop connects: no connect's verdict changes.
+TEST_F(DaemonLifecycle, Kill9AndRestartUnderAConnectLoopChangeNoVerdictAndLearnedExpiriesStay) {
+  StartDaemon();
+  const std::string cg = Put("pod-k9", {{"egress", {lab::kPublicA4, kName}}});
+  const uint64_t id = Call("GET", "/v1/sandboxes/pod-k9").body.value("cgroup_id", uint64_t{0});
+  EXPECT_EQ(FirstLine(Dig(cg, kName).out), lab::kPublicC4);
+  const auto learned = Learned(id, lab::kPublicC4);
+  ASSERT_TRUE(learned.has_value());
+
+  // A loop longer than the restart; stopped once the daemon is back.
+  auto loop = ConnectLoop(cg, {lab::kPublicA4, lab::kPublicC4, lab::kPublicB4}, 3000);
+  ASSERT_TRUE(loop);
+  auto first = loop->ReadOutLine(20s);
+  ASSERT_TRUE(first) << loop->err();
+  Kill9();
+  StartDaemon();
+  ASSERT_EQ(Call("GET", "/readyz").status, 200);
+  ASSERT_TRUE(loop->ReadOutLine(20s)) << "a connect after the restart";
+  ASSERT_TRUE(loop->running()) << "the loop ended before the restart";
+  kill(loop->pid(), SIGKILL);
+  RunResult out = loop->Wait();
+  std::vector<ProbeLine> lines = Lines(out);
+  ASSERT_GT(lines.size(), 3u) << out.Describe();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string dst = lines[i]["dst"];
+    if (dst == lab::kPublicB4) {
+      EXPECT_EQ(Errno(lines[i]), "EPERM") << "connect " << i << ": denied stays denied";
+    } else {
+      EXPECT_TRUE(Ok(lines[i])) << "connect " << i << " to " << dst << ": allowed stays allowed";
+    }
+  }
+  const auto after = Learned(id, lab::kPublicC4);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->expires_boot_ns, learned->expires_boot_ns) << "the learned address keeps its expiry";
+  ASSERT_TRUE(lab().Drain().ok());
+  EXPECT_EQ(lab().FlowsOpenedTo(lab::kPublicB4), 0u) << lab().CountersSummary();
+}
+
+}  // namespace
+}  // namespace egressd::test
