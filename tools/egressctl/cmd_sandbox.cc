@@ -16,6 +16,9 @@
 #include "maps/egressd_abi.h"
 #include "userspace/common/cgroup_tree.h"
 #include "userspace/control/registry.h"
+#include "userspace/control/sandbox_caps.h"
+#include "userspace/policy/deployment_config.h"
+#include "userspace/policy/yaml_walk.h"
 #include "userspace/control/sandbox_record.h"
 #include "userspace/audit/lifecycle.h"
 #include "userspace/audit/user_events.h"
@@ -89,6 +92,20 @@ bool AcceptsUncontained(const PolicyFlags& flags) {
 
 }  // namespace
 
+// The deployment's per-sandbox caps (limits:, the defaults without
+// --config), the daemon's check (control/sandbox_caps.h).
+static absl::Status CheckConfigCaps(const std::string& config, const policy::CompiledPolicy& policy) {
+  policy::SandboxLimits limits;
+  if (!config.empty()) {
+    auto text = policy::yaml::ReadInputFile(config);
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--config ", text.status().message()));
+    auto d = policy::ParseDeploymentConfig(*text, config, nullptr);
+    if (!d.ok()) return d.status();
+    limits = d->limits;
+  }
+  return control::CheckSandboxCaps(policy, limits);
+}
+
 // A sandbox add asks for enforcement: where the bpf LSM is not in force it
 // is refused (a pod keeps CAP_NET_RAW, and its packet sockets would go
 // unjudged) unless the operator accepts that.
@@ -117,6 +134,7 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
   if (auto s = ParseDnsEndpoints(sandbox, dns_check); !s.ok()) return Report(s);
   PrintWarnings(*policy);
   if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
+  if (auto s = CheckConfigCaps(flags.config, *policy); !s.ok()) return Report(s);
   auto id = RegistrableCgroupId(paths, cgroup);
   if (!id.ok()) return Report(id.status());
   const bool accept = !flags.require_socket_containment && AcceptsUncontained(flags);

@@ -38,6 +38,7 @@ struct Raw {
   std::optional<yaml::Located> dns_min_ttl, dns_grace;  // (issue 12)
   std::optional<yaml::Located> dns_per_sandbox, dns_per_name;  // issue 12's bounds
   bool allow_audit_only = false;
+  std::vector<yaml::Located> limits;  // limits.* (issue 14), as written
 };
 
 // ---- dns ----
@@ -152,6 +153,41 @@ void ReadAudit(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
   }
 }
 
+// ---- limits ----
+void ReadLimits(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
+  if (node.IsNull()) return;
+  auto entries = w.Mapping(node, "limits", {"maxCidrEntriesPerSandbox", "maxCidr6EntriesPerSandbox", "maxNamesPerSandbox"}, "");
+  if (!entries) {
+    w.Error("limits", "must be a mapping (maxCidrEntriesPerSandbox, maxCidr6EntriesPerSandbox, maxNamesPerSandbox)");
+    return;
+  }
+  for (const auto& [key, value_ptr] : *entries) {
+    if (value_ptr->IsNull()) continue;
+    const std::string path = yaml::Walker::Child("limits", key);
+    if (auto v = w.String(*value_ptr, path)) raw.limits.push_back(yaml::Located{path, *v});
+  }
+}
+
+SandboxLimits ResolveLimits(const Raw& raw, std::vector<std::string>& errors) {
+  SandboxLimits out;
+  for (const yaml::Located& v : raw.limits) {
+    const bool v4 = v.path == "limits.maxCidrEntriesPerSandbox", v6 = v.path == "limits.maxCidr6EntriesPerSandbox";
+    // A cap past the map's capacity would let one sandbox fill it.
+    const uint32_t max = v4 ? kAllow4Capacity : v6 ? kAllow6Capacity : kMaxNamesPerSandbox;
+    const char* what = v4 ? " (the IPv4 allow map's capacity)" : v6 ? " (the IPv6 allow map's capacity)" : "";
+    uint32_t n = 0;
+    if (v.value.empty() || v.value[0] == '+' || v.value[0] == '-' || !absl::SimpleAtoi(v.value, &n) || n == 0 ||
+        n > max) {
+      AddLine(&errors, std::string(kOrigin) + " " + v.path + " " + net::Quote(v.value) +
+                           ": must be a whole number 1-" + std::to_string(max) + what);
+      continue;
+    }
+    (v4 ? out.max_cidr4_entries : v6 ? out.max_cidr6_entries : out.max_names) = n;
+  }
+  return out;
+}
+// ---- end limits ----
+
 void ReadPlatform(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
   if (node.IsNull()) return;
   auto entries = w.Mapping(
@@ -197,7 +233,7 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
   auto top = w.Mapping(doc, "",
                        {"airgapped", "hostedEdge", "protected", "onDeny",
                         "platform", "sealedInstalls", "egressExtraAllow",
-                        "sandboxExtraEnv", "dns", "audit"},
+                        "sandboxExtraEnv", "dns", "audit", "limits"},
                        "");
   if (!top) {
     w.Error(file, "must be a mapping of settings");
@@ -229,6 +265,8 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
       ReadDns(w, value, raw);
     } else if (key == "audit") {
       ReadAudit(w, value, raw);
+    } else if (key == "limits") {
+      ReadLimits(w, value, raw);
     }
   }
   return raw;
@@ -348,6 +386,7 @@ absl::StatusOr<DeploymentConfig> ParseDeploymentConfig(
   }
   d.protected_cidrs = ResolveFloor(*raw, errors);
   d.dns = ResolveDns(*raw, errors);
+  d.limits = ResolveLimits(*raw, errors);
 
   ReachContext ctx;
   ctx.protected_cidrs = &d.protected_cidrs;

@@ -28,6 +28,11 @@
 //     allowAuditOnly: false   # true: the operator may register a sandbox
 //                             # audit-only (egressctl sandbox add --audit-only);
 //                             # never a default for every sandbox
+//   limits:                   # per-sandbox caps (issue 14), checked at every
+//                             # registration (daemon PUT, sandbox add)
+//     maxCidrEntriesPerSandbox: 4096   # IPv4 allow-trie entries after folding
+//     maxCidr6EntriesPerSandbox: 1024  # IPv6 allow-trie entries after folding
+//     maxNamesPerSandbox: 1024         # names + wildcard rules
 #ifndef EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
 #define EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
 
@@ -86,6 +91,32 @@ inline constexpr uint32_t kMaxGraceSeconds = 3600;
 absl::StatusOr<DnsUpstreamSetting> ParseDnsUpstream(std::string_view text);
 // ---- end dns ----
 
+// ---- limits: per-sandbox caps (issue 14) ----
+// So that no declaration can fill a map every sandbox shares: the defaults
+// let kSandboxesPerNode sandboxes hold their caps at once within each
+// node-wide map (maps/egressd_abi.h: EGR_MAX_ALLOW4 = 2^20 and EGR_MAX_ALLOW6
+// = 2^18 entries; the same 256 as dns.maxAddressesPerSandbox's default in
+// EGR_MAX_RESOLVED).  Policies are shared by content, so identical
+// declarations take one policy's entries however many sandboxes hold them.
+inline constexpr uint32_t kSandboxesPerNode = 256;
+inline constexpr uint32_t kAllow4Capacity = 1u << 20;  // EGR_MAX_ALLOW4 (policy/ knows no BPF header)
+inline constexpr uint32_t kAllow6Capacity = 1u << 18;  // EGR_MAX_ALLOW6
+inline constexpr uint32_t kDefaultMaxCidrEntriesPerSandbox = kAllow4Capacity / kSandboxesPerNode;   // 4096
+inline constexpr uint32_t kDefaultMaxCidr6EntriesPerSandbox = kAllow6Capacity / kSandboxesPerNode;  // 1024
+// Names live in user space (the proxy's scopes, the record), not in a
+// kernel map; each needs at least one learned address to be of use, so the
+// default is no more than the default learned-address quota allows to be
+// served at once with 4 addresses a name.
+inline constexpr uint32_t kDefaultMaxNamesPerSandbox = 1024;
+inline constexpr uint32_t kMaxNamesPerSandbox = 1u << 16;
+struct SandboxLimits {
+  uint32_t max_cidr4_entries = kDefaultMaxCidrEntriesPerSandbox;
+  uint32_t max_cidr6_entries = kDefaultMaxCidr6EntriesPerSandbox;
+  uint32_t max_names = kDefaultMaxNamesPerSandbox;
+  bool operator==(const SandboxLimits&) const = default;
+};
+// ---- end limits ----
+
 struct DeploymentConfig {
   bool airgapped = false;
   DenyAction deny_action = DenyAction::kReject;
@@ -107,6 +138,8 @@ struct DeploymentConfig {
   // policy's denials recorded as would-deny and allowed).  Only a permission:
   // no sandbox is audit-only unless its registration asks.
   bool allow_audit_only = false;
+  // limits: the per-sandbox caps (control/sandbox_caps.h checks them).
+  SandboxLimits limits;
 };
 
 // `egressctl run --floor F --on-deny A` as a one-machine deployment: the
