@@ -93,9 +93,12 @@ absl::StatusOr<bool> ResolvedTable::InUse(uint64_t sandbox, const net::IpAddr& a
   auto u = Use(sandbox, addr);
   if (!u.ok()) return u.status();
   if (!*u) return false;
-  if ((*u)->socks > 0) return true;
-  uint64_t now = BootClockNs();
-  return (*u)->last_used_ns != 0 && now < (*u)->last_used_ns + window_ns_;
+  return InUseAt(**u, BootClockNs(), window_ns_);
+}
+
+bool ResolvedTable::InUseAt(const egr_resuse_val& use, uint64_t now_boot_ns, uint64_t window_ns) {
+  if (use.socks > 0) return true;
+  return use.last_used_ns != 0 && now_boot_ns < use.last_used_ns + window_ns;
 }
 
 absl::StatusOr<std::optional<egr_resolved_val>> ResolvedTable::Get(uint64_t sandbox, const net::IpAddr& addr) const {
@@ -135,14 +138,15 @@ absl::StatusOr<uint64_t> ResolvedTable::KeepRules(uint64_t sandbox, const std::v
   return dropped;
 }
 
-absl::StatusOr<std::vector<LearnedEntry>> ResolvedTable::List(size_t max, uint64_t* total) const {
+namespace {
+
+// The entries of `keys` still there, at most `max`, with their use.
+std::vector<LearnedEntry> ReadEntries(int fd, int use_fd, const std::vector<egr_resolved_key>& keys, size_t max) {
   std::vector<LearnedEntry> out;
-  const auto keys = AllKeys<egr_resolved_key>(fd_);
-  if (total) *total = keys.size();
   for (const auto& k : keys) {
     if (out.size() >= max) break;
     egr_resolved_val v{};
-    if (bpf_map_lookup_elem(fd_, &k, &v) != 0) continue;  // collected meanwhile
+    if (bpf_map_lookup_elem(fd, &k, &v) != 0) continue;  // collected meanwhile
     std::array<uint8_t, 16> b;
     std::copy(k.addr, k.addr + 16, b.begin());
     static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -151,10 +155,26 @@ absl::StatusOr<std::vector<LearnedEntry>> ResolvedTable::List(size_t max, uint64
                               : net::IpAddr::V6(b);
     LearnedEntry e{k.sandbox_id, a, v, std::nullopt};
     egr_resuse_val u{};
-    if (use_fd_ >= 0 && bpf_map_lookup_elem(use_fd_, &k, &u) == 0) e.use = u;
+    if (use_fd >= 0 && bpf_map_lookup_elem(use_fd, &k, &u) == 0) e.use = u;
     out.push_back(e);
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<LearnedEntry>> ResolvedTable::List(size_t max, uint64_t* total) const {
+  const auto keys = AllKeys<egr_resolved_key>(fd_);
+  if (total) *total = keys.size();
+  return ReadEntries(fd_, use_fd_, keys, max);
+}
+
+absl::StatusOr<std::vector<LearnedEntry>> ResolvedTable::ListSandbox(uint64_t sandbox, size_t max,
+                                                                     uint64_t* total) const {
+  auto keys = AllKeys<egr_resolved_key>(fd_);
+  std::erase_if(keys, [&](const egr_resolved_key& k) { return k.sandbox_id != sandbox; });
+  if (total) *total = keys.size();
+  return ReadEntries(fd_, use_fd_, keys, max);
 }
 
 absl::Status ResolvedTable::RemoveSandbox(uint64_t sandbox) {

@@ -44,6 +44,8 @@ class ResolvedTable : public dns::LearnedAddressSink {
   absl::Status Forget(uint64_t sandbox, const net::IpAddr& addr) override;
   // A connected socket holds it, or a send used it within the window.
   absl::StatusOr<bool> InUse(uint64_t sandbox, const net::IpAddr& addr) const override;
+  // The same judgement of a use record read at `now_boot_ns`.
+  static bool InUseAt(const egr_resuse_val& use, uint64_t now_boot_ns, uint64_t window_ns);
 
   absl::StatusOr<std::optional<egr_resolved_val>> Get(uint64_t sandbox, const net::IpAddr& addr) const;
   absl::StatusOr<std::optional<egr_resuse_val>> Use(uint64_t sandbox, const net::IpAddr& addr) const;
@@ -55,6 +57,8 @@ class ResolvedTable : public dns::LearnedAddressSink {
   // At most `max` entries (all sandboxes), with their use; `total` (may be
   // null) gets how many there are.
   absl::StatusOr<std::vector<LearnedEntry>> List(size_t max, uint64_t* total = nullptr) const;
+  // The same for one sandbox's entries; `total` gets how many it has.
+  absl::StatusOr<std::vector<LearnedEntry>> ListSandbox(uint64_t sandbox, size_t max, uint64_t* total = nullptr) const;
   // Every entry of `sandbox` (its cgroup went away).
   absl::Status RemoveSandbox(uint64_t sandbox);
 

@@ -21,6 +21,7 @@
 #include "maps/stats.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
+#include "userspace/control/learned_view.h"
 #include "userspace/control/reconcile.h"
 #include "userspace/control/sandbox_record.h"
 #include "userspace/common/errors.h"
@@ -92,45 +93,11 @@ int CmdProbe(const Paths& paths) {
   return all_ok ? kExitOk : kExitFailure;
 }
 
-// The learned addresses with their provenance: the rules that allowed each
-// (named from the sandbox's record; "#id" for a rule it no longer has),
-// expiry, and the flows that use it.  At most kShown entries.
+// The learned addresses with their provenance (control/learned_view.h).
 static absl::Status PutLearned(const maps::PinnedMaps& m, const std::vector<control::SandboxRecord>& records,
-                        nlohmann::json& j) {
-  constexpr size_t kShown = 10000;
-  std::map<std::pair<uint64_t, uint32_t>, std::string> rule_names;
-  for (const auto& r : records) {
-    for (const auto* ref : {&r.current.policy, r.previous ? &r.previous->policy : nullptr}) {
-      if (!ref || !*ref) continue;
-      for (const auto& n : (*ref)->names) rule_names[{r.cgroup_id, dns::NameId(n.name)}] = n.name;
-      for (const auto& w : (*ref)->wildcard_suffixes) {
-        rule_names[{r.cgroup_id, dns::NameId("*." + w.name)}] = "*." + w.name;
-      }
-    }
-  }
-  uint64_t total = 0;
-  maps::ResolvedTable table(m);
-  EGR_ASSIGN_OR_RETURN(auto entries, table.List(kShown, &total));
-  const uint64_t now = maps::BootClockNs();
-  auto seconds = [](uint64_t a, uint64_t b) { return static_cast<int64_t>((static_cast<__int128>(a) - b) / 1'000'000'000); };
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& e : entries) {
-    std::vector<std::string> rules;
-    for (uint32_t id : e.learned.name_ids) {
-      if (id == 0) continue;
-      auto it = rule_names.find({e.sandbox, id});
-      rules.push_back(it != rule_names.end() ? it->second : absl::StrCat("#", id));
-    }
-    nlohmann::json x = {{"sandbox", e.sandbox},
-                        {"address", e.addr.ToString()},
-                        {"expires_in_s", seconds(e.learned.expires_boot_ns, now)},
-                        {"keep_s", e.learned.keep_s},
-                        {"rules", rules},
-                        {"socks", e.use ? e.use->socks : 0}};
-    if (e.use && e.use->last_used_ns) x["last_used_s_ago"] = seconds(now, e.use->last_used_ns);
-    list.push_back(std::move(x));
-  }
-  j["learned"] = {{"total", total}, {"shown", list.size()}, {"entries", std::move(list)}};
+                               nlohmann::json& j) {
+  EGR_ASSIGN_OR_RETURN(j["learned"], control::LearnedJson(m, records,
+                                                          {.in_use_window_ns = maps::ResolvedTable::DefaultWindowNs()}));
   return absl::OkStatus();
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tools/egressctl/commands.h"
+#include "tools/egressctl/detail_text.h"
 #include "userspace/daemon/client.h"
 #include "userspace/daemon/sandbox_request.h"
 #include "userspace/policy/yaml_walk.h"
@@ -128,6 +129,7 @@ int CmdSandboxGet(const Paths& paths, const ApiFlags& api, const std::string& id
   return Print(*resp, api, [](const nlohmann::json& s) {
     SandboxLine(s);
     if (s["policy"].is_object()) std::printf("%s\n", s["policy"].dump(2).c_str());
+    PrintSandboxDetail(s);
   });
 }
 

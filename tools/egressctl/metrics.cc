@@ -18,6 +18,7 @@
 #include "userspace/audit/record_names.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/unique_fd.h"
+#include "userspace/control/sandbox_caps.h"
 #include "userspace/control/sandbox_record.h"
 
 namespace egressd::audit {
@@ -143,6 +144,10 @@ absl::StatusOr<std::string> RenderMetrics(const Paths& paths) {
   e.Sample(contained, {{"kind", "contained-root"}});
   e.Family("egressd_sandboxes", "gauge", "Sandboxes registered (their records)");
   e.Sample(records.size());
+  // Names are served from the records by the DNS proxy (no kernel map holds
+  // them): their node-wide use, beside the maps' (egressd_map_entries).
+  e.Family("egressd_declared_names", "gauge", "Names and wildcard rules the registered sandboxes declare, all together");
+  e.Sample(control::DeclaredNames(records));
   return std::move(e).text();
 }
 

@@ -215,6 +215,7 @@ Exporter::SandboxCache& Exporter::Cached(uint64_t id) {
   auto [it, fresh] = sandboxes_.try_emplace(id);
   SandboxCache& c = it->second;
   if (fresh) c.counted = &counted_[id];
+  if (fresh) c.tally = &by_sandbox_[id];
   if (fresh || c.checked_window != window_) Refresh(id, c, fresh);
   last_sandbox_ = &c;
   last_sandbox_id_ = id;
@@ -362,6 +363,7 @@ absl::Status Exporter::EmitEvent(const egr_event& e, bool may_defer) {
   }
   *sb.counted += 1;
   ++occurrences_[{e.key.kind, e.key.action, e.key.reason}];
+  ++(*sb.tally)[{e.key.kind, e.key.action, e.key.reason}];
   line_.clear();
   AppendEventLine(line_, e, Realtime(e.boot_ns), sb.encoded, ++seq_, x);
   return EmitLine(e.key.sandbox_id, false);
@@ -412,6 +414,7 @@ absl::Status Exporter::OnWindow(const maps::WindowCounts& w, uint64_t closed_boo
     DestinationNames(sb, e.key, e.match_id, x.destination_names);
     *sb.counted += 1;
     ++occurrences_[{e.key.kind, e.key.action, e.key.reason}];
+    ++(*sb.tally)[{e.key.kind, e.key.action, e.key.reason}];
     line_.clear();
     AppendEventLine(line_, e, Realtime(e.boot_ns), sb.encoded, ++seq_, x);
     EGR_RETURN_IF_ERROR(EmitLine(e.key.sandbox_id, false));
@@ -420,6 +423,7 @@ absl::Status Exporter::OnWindow(const maps::WindowCounts& w, uint64_t closed_boo
     SandboxCache& sb = Cached(k.sandbox_id);
     *sb.counted += v.count;
     occurrences_[{k.kind, k.action, k.reason}] += v.count;
+    (*sb.tally)[{k.kind, k.action, k.reason}] += v.count;
     const Enrichment x = Enrich(sb, k, v.task, v.flags, v.match_id, v.first_boot_ns);
     line_.clear();
     AppendSummaryLine(line_, k, v, Realtime(v.first_boot_ns), now, sb.encoded, ++seq_, x);

@@ -82,6 +82,12 @@ class Exporter {
   // Occurrences written so far as records' counts and losses, per sandbox.
   const std::map<uint64_t, uint64_t>& counted() const { return counted_; }
   const std::map<uint64_t, uint64_t>& lost() const { return lost_; }
+  // The same per sandbox by what they were (the daemon's GET
+  // /v1/sandboxes/{id} counters): since this reader started; null: none yet.
+  const std::map<OccurrenceKey, uint64_t>* SandboxOccurrences(uint64_t id) const {
+    auto it = by_sandbox_.find(id);
+    return it == by_sandbox_.end() ? nullptr : &it->second;
+  }
   // Since the instance's first reader (kept in the state file).
   const std::map<OccurrenceKey, uint64_t>& occurrences() const { return occurrences_; }
   uint64_t lost_total() const { return lost_total_; }
@@ -101,6 +107,7 @@ class Exporter {
     std::optional<SandboxInfo> info;
     EncodedSandbox encoded;
     uint64_t* counted = nullptr;
+    std::map<OccurrenceKey, uint64_t>* tally = nullptr;  // in by_sandbox_
     // The record file as loaded (inode, mtime), and the window it was last
     // compared in: a record rewritten (a policy flip, the pid namespace
     // recorded) is read again at its sandbox's first line of a window.
@@ -150,6 +157,7 @@ class Exporter {
   std::map<uint64_t, SpoolFile> spools_;  // 0: all.jsonl
   std::map<uint64_t, uint64_t> counted_, lost_;
   std::map<OccurrenceKey, uint64_t> occurrences_;
+  std::map<uint64_t, std::map<OccurrenceKey, uint64_t>> by_sandbox_;
   std::map<std::pair<std::string, std::string>, uint64_t> dns_queries_;  // ExportTotals::dns_queries
   std::map<std::string, uint64_t> dns_bounds_;                            // ExportTotals::dns_bounds
   uint64_t lost_total_ = 0, gap_total_ = 0;  // since the first reader

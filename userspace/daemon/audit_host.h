@@ -32,6 +32,8 @@ class AuditHost {
   void Start();
   bool holding() const { return exporter_ != nullptr; }
   const absl::Status& last_error() const { return last_error_; }
+  // The exporter while holding (its per-sandbox counts); null otherwise.
+  const audit::Exporter* exporter() const { return exporter_.get(); }
 
  private:
   void Tick();

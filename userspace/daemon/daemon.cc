@@ -200,6 +200,7 @@ Response Daemon::Status() {
   j["sandboxes"] = all.ok() ? all->size() : 0;
   j["held"] = held_.size();
   j["refused_callers"] = server_ ? server_->refused() : 0;
+  j["capacity"] = NodeCapacityJson();
   return Response{200, std::move(j)};
 }
 

@@ -113,6 +113,11 @@ class Daemon {
   absl::Status PersistHeld(const std::string& id, const std::string& body);
   void ForgetHeld(const std::string& id);
   void ReloadHeld();
+  // Per-sandbox caps and the node's capacity (sandbox_detail.cc): a PUT
+  // past a cap is a 400 naming it; GET's counters, learned addresses, caps.
+  std::optional<Response> CapsRefusal(const SandboxRequest& req, const policy::CompiledPolicy& p);
+  nlohmann::json SandboxDetail(const control::SandboxRecord& r);
+  nlohmann::json NodeCapacityJson();
 
   boost::asio::io_context& io_;
   DaemonOptions options_;

@@ -160,6 +160,7 @@ Daemon::Prepared Daemon::Prepare(const std::string& id, const SandboxRequest& re
     if (auto s = ParseEndpoint("dns_endpoint6", ep6, false, p.spec.dns_addr6); !s.ok()) p.bad.emplace_back(s.message());
   }
   if (auto s = maps::CheckFitsMaps(*p.policy); !s.ok()) p.bad.emplace_back(s.message());
+  if (p.bad.empty()) p.refusal = CapsRefusal(req, *p.policy);
   return p;
 }
 
@@ -245,7 +246,7 @@ Response Daemon::Get(const std::string& id) {
   auto r = Find(id);
   if (!r.ok()) return FromStatus(r.status());
   if (!*r) return ErrorResponse(404, "not_found", absl::StrCat("no sandbox ", id));
-  return Response{200, SandboxJson(**r)};
+  return Response{200, SandboxDetail(**r)};
 }
 
 Response Daemon::List() {
