@@ -122,5 +122,7 @@ int CmdSandboxApply(const Paths& paths, const ApiFlags& api, const std::string& 
 int CmdSandboxGet(const Paths& paths, const ApiFlags& api, const std::string& id);
 int CmdSandboxList(const Paths& paths, const ApiFlags& api);
 int CmdSandboxDelete(const Paths& paths, const ApiFlags& api, const std::string& id);
+int CmdExplain(const Paths& paths, const ApiFlags& api, const std::string& id, const std::string& dest,
+               const std::string& proto);
 
 }  // namespace egressd::cli

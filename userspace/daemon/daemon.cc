@@ -172,6 +172,7 @@ Response Daemon::Handle(const Request& request, const Peer&) {
   const std::string kPrefix = "/v1/sandboxes/";
   if (absl::StartsWith(target, kPrefix)) {
     const std::string id = target.substr(kPrefix.size());
+    if (absl::EndsWith(id, "/explain")) return m == "GET" ? Explain(id.substr(0, id.size() - 8), request.target) : ErrorResponse(405, "method", "GET only");
     if (absl::Status s = CheckSandboxId(id); !s.ok()) return FromStatus(s);
     if (m == "PUT") return Put(id, request.body);
     if (m == "GET") return Get(id);

@@ -118,6 +118,8 @@ class Daemon {
   std::optional<Response> CapsRefusal(const SandboxRequest& req, const policy::CompiledPolicy& p);
   nlohmann::json SandboxDetail(const control::SandboxRecord& r);
   nlohmann::json NodeCapacityJson();
+  // GET /v1/sandboxes/{id}/explain?QUERY (explain_route.cc); target: the whole request target.
+  Response Explain(const std::string& id, const std::string& target);
 
   boost::asio::io_context& io_;
   DaemonOptions options_;
