@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -484,6 +485,139 @@ TEST_F(DaemonPods, PutBeforeThePodsCgroupIsHeldAndAProcessStartedInItAtOnceIsNev
   ASSERT_TRUE(lab().Drain().ok());
   EXPECT_EQ(lab().PacketsTo(lab::kPublicB4), 0u) << lab().CountersSummary();
   EXPECT_GT(lab().PacketsTo(lab::kPublicA4), 0u) << "positive control: " << lab().CountersSummary();
+}
+
+// egressctl explain through the daemon: the rule that decides, for each
+// step the kernel takes (an allowed CIDR, a learned address with its name
+// and expiry, a protected range, the DNS redirect, the default), each beside
+// the kernel's own verdict for the same connect; bad input is exit 2 naming
+// the value.  (Its verdicts over every policy vector against the kernel's:
+// explain_differential_test.)
+TEST_F(Daemon, ExplainNamesTheRuleThatDecidesAndBadInputIsExit2NamingIt) {
+  StartDaemon();
+  const std::string cg = Put("pod-x", {{"egress", {lab::kPublicA4, kName}}});
+  ASSERT_EQ(FirstLine(Dig(cg, kName).out), lab::kPublicC4);
+  auto explain = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"explain", "--socket", socket()});
+    return Shared().Ctl(args);
+  };
+  auto json = [&](const std::string& id, const std::string& dest, const std::string& proto = "tcp") {
+    RunResult r = explain({id, dest, "--proto", proto, "-o", "json"});
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    return nlohmann::json::parse(r.out, nullptr, false);
+  };
+
+  nlohmann::json j = json("pod-x", absl::StrCat(lab::kPublicA4, ":80"));
+  EXPECT_EQ(j.value("rule", ""), "allowed") << j.dump(2);
+  EXPECT_EQ(j.value("cidr", ""), absl::StrCat(lab::kPublicA4, "/32"));
+  EXPECT_TRUE(Ok(Connect(cg, lab::kPublicA4)));
+
+  j = json("pod-x", absl::StrCat(lab::kPublicC4, ":80"));
+  EXPECT_EQ(j.value("rule", ""), "resolved") << j.dump(2);
+  ASSERT_TRUE(j["learned"].is_object()) << j.dump(2);
+  EXPECT_EQ(j["learned"]["names"], nlohmann::json::array({kName}));
+  EXPECT_GT(j["learned"].value("expires_in_ms", 0), 0);
+  EXPECT_TRUE(Ok(Connect(cg, lab::kPublicC4)));
+
+  j = json("pod-x", absl::StrCat(lab::kPublicB4, ":80"));
+  EXPECT_EQ(j.value("verdict", ""), "deny") << j.dump(2);
+  EXPECT_EQ(j.value("rule", ""), "default");
+  EXPECT_EQ(Errno(Connect(cg, lab::kPublicB4)), "EPERM");
+
+  j = json("pod-x", "169.254.169.254:80");
+  EXPECT_EQ(j.value("rule", ""), "protected") << j.dump(2);
+  EXPECT_TRUE(absl::StartsWith(j.value("source", ""), "floor ")) << j.dump(2);
+  EXPECT_EQ(Errno(Connect(cg, "169.254.169.254")), "EPERM");
+
+  j = json("pod-x", "8.8.8.8:53", "udp");
+  EXPECT_EQ(j.value("rule", ""), "dns_redirect") << j.dump(2);
+  EXPECT_EQ(j["endpoint"].value("addr", ""), lab::kPodGatewayV4) << j.dump(2);
+
+  RunResult text = explain({"pod-x", "169.254.169.254:80"});
+  EXPECT_EQ(text.exit_code, 0) << text.Describe();
+  EXPECT_TRUE(absl::StrContains(text.out, "DENY (reject) by protected: 169.254.169.254 is in the protected range"))
+      << text.out;
+
+  for (const auto& [args, named] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"no-such-pod", "192.0.2.10:80"}, "no-such-pod"},
+           {{"pod-x", "not-an-address"}, "not-an-address"},
+           {{"pod-x", "192.0.2.10:70000"}, "70000"},
+           {{"pod-x", "192.0.2.10", "--proto", "sctp"}, "sctp"}}) {
+    RunResult bad = explain(args);
+    EXPECT_EQ(bad.exit_code, 2) << bad.Describe();
+    EXPECT_TRUE(absl::StrContains(bad.err, named)) << bad.Describe();
+  }
+}
+
+// egressctl run beside a daemon registers through it: the daemon serves the
+// sandbox's DNS (run starts no proxy: while the daemon is down the name fails
+// closed), kill -9 of the daemon mid-run changes no verdict, the restarted
+// daemon serves the name again, and the sandbox is gone from the daemon (and
+// the node) once run exits.  The command waits on a FIFO the test writes
+// once the daemon is back.
+TEST_F(Daemon, RunRegistersWithTheDaemonSurvivesItsKill9AndIsGoneOnceItExits) {
+  StartDaemon();
+  const std::string dir = Shared().runtime_dir() + "-run-fifo";
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0) << dir;
+  const std::string fifo = dir + "/go";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string probe = absl::StrCat("setpriv --bounding-set -all,+net_raw --inh-caps -all -- ",
+                                         lab::BinaryPath("egressd-probe"), " batch 'tcp ", lab::kPublicB4, " 80'");
+  const std::string dig = absl::StrCat("dig +time=2 +tries=1 +short @8.8.8.8 ", kName, " | head -n1");
+  const std::string script = absl::StrCat("echo \"answer1 $(", dig, ")\"; ", probe, "; echo phase1; read x < ", fifo,
+                                          "; echo \"answer2 $(", dig, ")\"; ", probe, "; echo phase2");
+  RunSpec s;
+  s.netns = lab().pod().netns;
+  s.env = Shared().CtlEnv();
+  s.argv = {lab::BinaryPath("egressctl"), "run", "--host-root", "--egress", lab::kPublicA4, "--egress", kName,
+            "--readable", dir, "--", "sh", "-c", script};
+  s.timeout = 2min;
+  auto run = lab::Start(s);
+  ASSERT_TRUE(run.ok()) << run.status();
+  auto next = [&] { return run->ReadOutLine(std::chrono::milliseconds(int(20000 * TimeScale()))).value_or("(none)"); };
+
+  EXPECT_EQ(next(), absl::StrCat("answer1 ", lab::kPublicC4)) << run->err();
+  auto denied = lab::ParseProbeLine(next());
+  ASSERT_TRUE(denied.ok()) << denied.status() << run->err();
+  EXPECT_EQ(Errno(*denied), "EPERM");
+  ASSERT_EQ(next(), "phase1") << run->err();
+
+  // The daemon has it, serves its DNS on the config's endpoint.
+  std::string id, cg;
+  for (const auto& sb : Call("GET", "/v1/sandboxes").body["sandboxes"]) {
+    if (sb["id"].is_string() && absl::StartsWith(sb["id"].get<std::string>(), "run-")) {
+      id = sb["id"];
+      cg = sb.value("cgroup", "");
+      EXPECT_TRUE(sb.value("enforced", false)) << sb.dump(2);
+      ASSERT_TRUE(sb["dns"].is_object()) << sb.dump(2);
+      EXPECT_EQ(sb["dns"].value("endpoint", "").rfind(lab::kPodGatewayV4, 0), 0u) << sb.dump(2);
+      EXPECT_TRUE(sb["dns"].value("served", false)) << sb.dump(2);
+    }
+  }
+  ASSERT_FALSE(id.empty()) << "run's sandbox is not the daemon's: " << Call("GET", "/v1/sandboxes").body.dump(2);
+
+  Kill9();
+  EXPECT_EQ(Errno(Connect(cg, lab::kPublicB4)), "EPERM") << "denied stays denied";
+  EXPECT_TRUE(Ok(Connect(cg, lab::kPublicA4))) << "allowed stays allowed";
+  const uint64_t up_before = upstream_->QueriesFor(kDownName);
+  RunResult down = Dig(cg, kDownName);
+  EXPECT_TRUE(FirstLine(down.out).empty()) << "no proxy of run's answers while the daemon is down: " << down.Describe();
+  EXPECT_EQ(upstream_->QueriesFor(kDownName), up_before) << "nothing reached the upstream";
+
+  StartDaemon();
+  std::ofstream(fifo) << "go\n";
+  EXPECT_EQ(next(), absl::StrCat("answer2 ", lab::kPublicC4)) << run->err();
+  denied = lab::ParseProbeLine(next());
+  ASSERT_TRUE(denied.ok()) << denied.status() << run->err();
+  EXPECT_EQ(Errno(*denied), "EPERM");
+  EXPECT_EQ(next(), "phase2");
+  RunResult done = run->Wait(std::chrono::milliseconds(int(20000 * TimeScale())));
+  EXPECT_EQ(done.exit_code, 0) << done.Describe();
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/" + id).status, 404) << "run DELETEd its sandbox";
+  RunResult st = Shared().Ctl({"status", "--json"});
+  EXPECT_FALSE(absl::StrContains(st.out, id)) << st.out;
+  unlink(fifo.c_str());
+  rmdir(dir.c_str());
 }
 
 }  // namespace

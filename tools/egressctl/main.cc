@@ -176,6 +176,13 @@ int main(int argc, char** argv) {
   auto* del = sandbox->add_subcommand("delete", "Unregister a sandbox through the daemon (DELETE /v1/sandboxes/ID)");
   del->add_option("id", api_id, "The sandbox's id")->required();
   add_api(del);
+  std::string explain_dest, explain_proto = "tcp";
+  auto* explain = app.add_subcommand(
+      "explain", "Which rule allows or denies a sandbox's destination, and why (GET /v1/sandboxes/ID/explain)");
+  explain->add_option("sandbox", api_id, "The sandbox's id (as the daemon's API names it)")->required();
+  explain->add_option("dest", explain_dest, "ADDRESS, ADDRESS:PORT or [IPv6]:PORT")->required();
+  explain->add_option("--proto", explain_proto, "tcp (default) | udp");
+  add_api(explain);
 
   cli::PolicyFlags run_flags;
   cli::RunFlags run_as;
@@ -295,6 +302,7 @@ int main(int argc, char** argv) {
   if (*get) return cli::CmdSandboxGet(paths, api, api_id);
   if (*list) return cli::CmdSandboxList(paths, api);
   if (*del) return cli::CmdSandboxDelete(paths, api, api_id);
+  if (*explain) return cli::CmdExplain(paths, api, api_id, explain_dest, explain_proto);
   if (*run) return cli::CmdRun(paths, run_flags, run_sandbox, run_as, command);
   if (*suggest) return cli::CmdAuditSuggest(paths, suggest_flags, suggest_policy);
   if (*audit) return cli::CmdAudit(paths, audit_flags);

@@ -92,6 +92,7 @@ absl::StatusOr<Proto> ParseProto(std::string_view text) {
 
 absl::StatusOr<std::pair<net::IpAddr, std::optional<uint16_t>>> ParseDestination(std::string_view text) {
   std::string_view host = text, port;
+  bool has_port = false;
   if (!text.empty() && text.front() == '[') {
     const size_t close = text.find(']');
     if (close == std::string_view::npos || (close + 1 < text.size() && text[close + 1] != ':') ||
@@ -100,10 +101,12 @@ absl::StatusOr<std::pair<net::IpAddr, std::optional<uint16_t>>> ParseDestination
                                         ": want ADDRESS, ADDRESS:PORT or [IPv6]:PORT");
     }
     host = text.substr(1, close - 1);
-    if (close + 1 < text.size()) port = text.substr(close + 2);
+    has_port = close + 1 < text.size();
+    if (has_port) port = text.substr(close + 2);
   } else if (std::count(text.begin(), text.end(), ':') == 1) {
     host = text.substr(0, text.find(':'));
     port = text.substr(text.find(':') + 1);
+    has_port = true;
   }
   auto addr = net::IpAddr::Parse(host);
   if (!addr.ok()) {
@@ -111,7 +114,7 @@ absl::StatusOr<std::pair<net::IpAddr, std::optional<uint16_t>>> ParseDestination
                                       ": not an IP address (explain judges addresses; a name's addresses "
                                       "are the ones the sandbox's DNS proxy learned)");
   }
-  if (port.empty()) return std::make_pair(*addr, std::optional<uint16_t>());
+  if (!has_port) return std::make_pair(*addr, std::optional<uint16_t>());
   uint32_t n = 0;
   if (!absl::SimpleAtoi(absl::string_view(port.data(), port.size()), &n) || n > 65535) {
     return absl::InvalidArgumentError("invalid port " + net::Quote(port) + " in destination " +
