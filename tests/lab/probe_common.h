@@ -91,6 +91,7 @@ const char* const kDefaultPayload = "ping\n";
 // Operation families (arguments already validated by probe_main.cc).
 void OpTcp(const Op& op);
 void OpUdpBurst(const Op& op);
+void OpUdpPace(const Op& op);
 void OpTcpBurst(const Op& op);
 void OpDnsNames(const Op& op);
 void OpTfo(const Op& op);

@@ -61,6 +61,9 @@ Network operations:
                                 path manager created a subflow): "subflows" it created
   mptcp-serve PORT              MPTCP echo server on 0.0.0.0:PORT ({"state":"listening"})
   udp-burst ADDR PORT N         N sendto() of one byte on one socket: {"sent","refused","other"}
+  udp-pace ADDR PORT [--interval-ms N] [--count K]
+                                QUIC-style: one unconnected socket, a sendto() every N ms
+                                (100), K (10) of them, a line each with "round", "start_ms"
   tcp-burst ADDR PORT N         N sockets connect()ed and closed: {"connected","refused","other"}
   dns-names RESOLVER PORT SUFFIX N [--window W]
                                 N type-A queries for unique names q<i>.SUFFIX on one UDP
@@ -160,6 +163,7 @@ const std::vector<OpSpec>& Specs() {
       {"open-write", {A::kText}, OpOpenWrite},
       {"unix-path-connect", {A::kText}, OpUnixPathConnect},
       {"udp-burst", {A::kAddr, A::kPort, A::kInt}, OpUdpBurst},
+      {"udp-pace", {A::kAddr, A::kPort}, OpUdpPace},
       {"tcp-burst", {A::kAddr, A::kPort, A::kInt}, OpTcpBurst},
       {"dns-names", {A::kAddr, A::kPort, A::kText, A::kInt}, OpDnsNames},
   };
