@@ -17,6 +17,12 @@
 #                          the audit export beside nftables logging each new
 #                          connection (bench/audit_bench.cc --only nflog) alone:
 #                          <date>-audit-nflog.json and .md
+#   bench/run.sh [--quick] --only daemon-apply [--sandboxes N]
+#                          issue 14's load figure (bench/daemon_apply.cc): N
+#                          (1,000; --quick 20) sandboxes of 100 CIDRs and 50
+#                          names PUT through the daemon's API beside the
+#                          incumbent's per-pod nft -f: <date>-daemon-apply.json
+#                          and .md
 # Run as root (the lab builds namespaces; egressd loads BPF).  Never a
 # pass/fail on a time: exit 0 when every measurement ran.
 set -euo pipefail
@@ -24,24 +30,37 @@ cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 quick=()
 only=()
+sandboxes=()
 while (($#)); do
   case $1 in
     --quick) quick=(--quick) ;;
     --only)
-      if [[ ${2:-} != dns && ${2:-} != dnsspeed && ${2:-} != audit-nflog ]]; then
-        echo "bench/run.sh: --only takes \"dns\", \"dnsspeed\" or \"audit-nflog\" (got \"${2:-}\")" >&2
+      if [[ ${2:-} != dns && ${2:-} != dnsspeed && ${2:-} != audit-nflog && ${2:-} != daemon-apply ]]; then
+        echo "bench/run.sh: --only takes \"dns\", \"dnsspeed\", \"audit-nflog\" or \"daemon-apply\" (got \"${2:-}\")" >&2
         exit 2
       fi
       only=(--only "$2")
       shift
       ;;
+    --sandboxes)
+      if [[ ! ${2:-} =~ ^[1-9][0-9]*$ ]]; then
+        echo "bench/run.sh: --sandboxes takes a positive count (got \"${2:-}\")" >&2
+        exit 2
+      fi
+      sandboxes=(--sandboxes "$2")
+      shift
+      ;;
     *)
-      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed|audit-nflog])" >&2
+      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed|audit-nflog|daemon-apply] [--sandboxes N])" >&2
       exit 2
       ;;
   esac
   shift
 done
+if ((${#sandboxes[@]})) && [[ ${only[1]:-} != daemon-apply ]]; then
+  echo "bench/run.sh: --sandboxes goes with --only daemon-apply" >&2
+  exit 2
+fi
 if [[ $(id -u) -ne 0 ]]; then
   echo "bench/run.sh: run as root" >&2
   exit 2
@@ -59,6 +78,17 @@ else
 fi
 mkdir -p "$out"
 stamp=$(date -u +%Y-%m-%d)
+if [[ ${only[1]:-} == daemon-apply ]]; then
+  # The daemon's apply beside the incumbent's per-pod nft -f: its own table.
+  if [[ ! -x $build/bench/daemon_apply_bench ]]; then
+    cmake --build "$build" --target daemon_apply_bench >/dev/null
+  fi
+  "$build/bench/daemon_apply_bench" "${quick[@]}" "${sandboxes[@]}" --out "$out/$stamp-daemon-apply.json" \
+    >"$out/$stamp-daemon-apply.md"
+  echo "bench/run.sh: $out/$stamp-daemon-apply.json, $out/$stamp-daemon-apply.md"
+  cat "$out/$stamp-daemon-apply.md"
+  exit 0
+fi
 if [[ ${only[1]:-} == audit-nflog ]]; then
   # The side-by-side rows alone: their own table, nothing else runs.
   "$build/bench/audit_bench" "${quick[@]}" --only nflog --out "$out/$stamp-audit-nflog.json" >"$out/$stamp-audit-nflog.md"
