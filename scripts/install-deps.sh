@@ -57,3 +57,14 @@ if ((${#missing[@]})); then
 else
   echo "install-deps: all ${#packages[@]} packages present"
 fi
+
+# tests/unit/deploy_manifests_test renders deploy/kubernetes with `kubectl
+# kustomize`: Debian's kubernetes-client (kubectl 1.20, kustomize v2; the
+# manifests keep to what it reads).  A machine that already has a kubectl
+# keeps it (another package's /usr/bin/kubectl would conflict).
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "install-deps: installing kubernetes-client (kubectl)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends kubernetes-client
+fi
