@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 #include <spdlog/spdlog.h>
 
 namespace egressd::dns {
@@ -163,6 +165,35 @@ void LearnedBook::RetainNames(const std::function<bool(const std::string&)>& kee
     }
     n = names_.erase(n);
   }
+}
+
+size_t SeedBook(LearnedBook& book, const NameScope& scope, const std::vector<LearnedSeed>& seeds,
+                uint64_t now_boot_ns) {
+  std::map<uint32_t, std::string> rules;
+  for (std::string& r : scope.Rules()) rules.emplace(NameId(r), std::move(r));
+  // Earliest expiry first: the nearest the map comes to the order the
+  // addresses were answered in (each name's least recently answered first).
+  std::vector<const LearnedSeed*> order;
+  for (const LearnedSeed& s : seeds) order.push_back(&s);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const LearnedSeed* a, const LearnedSeed* b) { return a->expires_boot_ns < b->expires_boot_ns; });
+  size_t booked = 0;
+  for (const LearnedSeed* seed : order) {
+    const LearnedSeed& s = *seed;
+    if (s.expires_boot_ns <= now_boot_ns) continue;
+    bool any = false;
+    // Oldest first, so the most recent rule's name is the address's most
+    // recently answered holder, as Commit would have left it.
+    for (auto id = s.rule_ids.rbegin(); id != s.rule_ids.rend(); ++id) {
+      if (*id == 0) continue;
+      auto r = rules.find(*id);
+      book.Commit(r != rules.end() ? r->second : absl::StrCat("rule#", *id), s.addr, s.expires_boot_ns);
+      any = true;
+    }
+    if (!any) book.Commit("rule#0", s.addr, s.expires_boot_ns);
+    ++booked;
+  }
+  return booked;
 }
 
 }  // namespace egressd::dns

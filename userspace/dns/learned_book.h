@@ -14,8 +14,9 @@
 // address the kernel does not allow).  One book per sandbox, used from the
 // proxy's loop thread only.  The book follows expiry (an address past its
 // expiry leaves the book: the kernel side collects it or keeps it while a
-// flow uses it) and scope updates (RetainNames), never the kernel map itself:
-// a proxy restarted starts with an empty book.
+// flow uses it) and scope updates (RetainNames), never the kernel map itself,
+// except once: a proxy restarted seeds each sandbox's book from what the map
+// still holds for it (SeedBook), so its quota and caps hold across restarts.
 #ifndef EGRESSD_USERSPACE_DNS_LEARNED_BOOK_H_
 #define EGRESSD_USERSPACE_DNS_LEARNED_BOOK_H_
 
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "userspace/dns/learner.h"
+#include "userspace/dns/scope.h"
 #include "userspace/net/ip.h"
 #include "userspace/policy/deployment_config.h"
 
@@ -103,6 +105,28 @@ class LearnedBook {
   std::map<net::IpAddr, Addr> addrs_;
   std::set<std::pair<uint64_t, net::IpAddr>> by_expiry_;
 };
+
+// An address the kernel's resolved map held for a sandbox when the proxy
+// started (maps/resolved_table.h's List).
+struct LearnedSeed {
+  net::IpAddr addr;
+  uint64_t expires_boot_ns = 0;
+  std::vector<uint32_t> rule_ids;  // NameId() of the rules that allowed it, most recent first
+};
+
+// Fills a fresh book from the map's entries for one sandbox.  The map keeps
+// rule ids, not question names, so an address is booked under:
+//   * an exact name rule of `scope`: that name, which is the key its later
+//     answers use (the per-name cap holds across the restart);
+//   * a wildcard rule: its text ("*.example.com"), which counts towards the
+//     sandbox's quota; the caps of the question names under it start empty;
+//   * a rule id no rule of `scope` has (a policy change while the proxy was
+//     down): "rule#<id>", for the quota only (the next scope update drops it).
+// Entries already expired at `now_boot_ns` are not booked (the book never
+// counts them; the collector keeps or drops their kernel entries).  Returns
+// how many addresses were booked.
+size_t SeedBook(LearnedBook& book, const NameScope& scope, const std::vector<LearnedSeed>& seeds,
+                uint64_t now_boot_ns);
 
 }  // namespace egressd::dns
 

@@ -5,6 +5,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <deque>
@@ -20,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "userspace/common/errors.h"
+#include "userspace/dns/learned_book.h"
 
 #ifndef IPV6_FREEBIND
 #define IPV6_FREEBIND 78
@@ -179,7 +181,35 @@ class UdpServer : public std::enable_shared_from_this<UdpServer> {
       sock_.bind(ep, ec);
     }
     if (ec) return FromAsio(ec, absl::StrCat("bind UDP ", ep.address().to_string(), " port ", ep.port()));
+    SetReceiveBuffer(sh_->opts.udp_receive_buffer);
     return absl::OkStatus();
+  }
+
+  // What the kernel holds for the socket's receive buffer (getsockopt).
+  int ReceiveBuffer() {
+    int v = 0;
+    socklen_t len = sizeof(v);
+    if (getsockopt(sock_.native_handle(), SOL_SOCKET, SO_RCVBUF, &v, &len) != 0) return -1;
+    return v;
+  }
+  uint16_t LocalPort() {
+    boost::system::error_code ec;
+    auto ep = sock_.local_endpoint(ec);
+    return ec ? 0 : ep.port();
+  }
+
+  // A burst of queries waits in this buffer while the loop is busy (an
+  // answer's map writes, another sandbox's burst): the default (about 208 KiB,
+  // a few hundred queries) drops them at a few thousand queries a second.
+  // SO_RCVBUFFORCE passes net.core.rmem_max, with CAP_NET_ADMIN; without it
+  // SO_RCVBUF, which the kernel caps at rmem_max.
+  void SetReceiveBuffer(int bytes) {
+    if (bytes <= 0) return;
+    const int fd = sock_.native_handle();
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) != 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) != 0) {
+      spdlog::warn("dns: SO_RCVBUF {} on a proxy socket: {}", bytes, ErrnoStatus(errno, "setsockopt").ToString());
+    }
   }
 
   void Receive() {
@@ -418,6 +448,34 @@ DnsProxy::DnsProxy(asio::io_context& io, Upstream& upstream, LearnedAddressSink&
 DnsProxy::~DnsProxy() {
   shared_->alive = false;
   for (auto& [id, s] : sandboxes_) s->Close();
+  if (self_test_) {
+    self_test_shared_->alive = false;
+    self_test_->Close();
+  }
+}
+
+absl::StatusOr<Endpoint> DnsProxy::ServeSelfTest(const net::IpAddr& addr) {
+  if (self_test_) return absl::AlreadyExistsError("the DNS self-test endpoint is already served");
+  ProxyOptions opts = shared_->opts;
+  opts.observer = nullptr;
+  self_test_shared_ = std::make_shared<Shared>(Shared{shared_->upstream, shared_->sink, opts, &self_test_counters_});
+  auto sb = std::make_shared<Sandbox>();
+  sb->live = std::make_shared<Live>();
+  sb->live->book = std::make_shared<LearnedBook>(opts.bounds);
+  sb->live->scope = std::make_shared<const SandboxScope>(SandboxScope{});  // sandbox 0, no name
+  auto u = std::make_shared<UdpServer>(io_, self_test_shared_, sb->live);
+  sb->udp.push_back(u);
+  if (absl::Status s = u->Open(udp::endpoint(ToAsio(addr), 0)); !s.ok()) {
+    sb->Close();
+    return absl::Status(s.code(), absl::StrCat("DNS self-test endpoint: ", s.message()));
+  }
+  u->Receive();
+  Endpoint ep;
+  (addr.is_v4() ? ep.addr4 : ep.addr6) = addr;
+  ep.port = u->LocalPort();
+  sb->ep = ep;
+  self_test_ = std::move(sb);
+  return ep;
 }
 
 absl::Status DnsProxy::Serve(SandboxScope scope, const Endpoint& ep) {
@@ -427,8 +485,13 @@ absl::Status DnsProxy::Serve(SandboxScope scope, const Endpoint& ep) {
   if (it != sandboxes_.end()) {
     book = it->second->live->book;
     // Names the new scope no longer allows leave the book at once (their
-    // kernel entries are the kernel side's: ResolvedTable's retention).
-    book->RetainNames([&scope](const std::string& name) { return scope.names.Match(name).has_value(); });
+    // kernel entries are the kernel side's: ResolvedTable's retention).  A
+    // wildcard's seeded addresses are booked under the rule's text.
+    const std::vector<std::string> rules = scope.names.Rules();
+    const std::set<std::string> rule_set(rules.begin(), rules.end());
+    book->RetainNames([&scope, &rule_set](const std::string& name) {
+      return rule_set.count(name) > 0 || scope.names.Match(name).has_value();
+    });
   }
   if (it != sandboxes_.end() && it->second->ep == ep) {
     it->second->live->scope = std::make_shared<const SandboxScope>(std::move(scope));
@@ -448,7 +511,21 @@ absl::Status DnsProxy::Serve(SandboxScope scope, const Endpoint& ep) {
   auto sb = std::make_shared<Sandbox>();
   sb->ep = ep;
   sb->live = std::make_shared<Live>();
-  sb->live->book = book ? std::move(book) : std::make_shared<LearnedBook>(shared_->opts.bounds);
+  if (!book) {
+    book = std::make_shared<LearnedBook>(shared_->opts.bounds);
+    // First served since the proxy started: the book starts from what the
+    // kernel still holds for the sandbox (learned before a restart).
+    if (auto seeds = seeds_.find(id); seeds != seeds_.end()) {
+      const size_t n = SeedBook(*book, scope.names, seeds->second, BootTimeNs());
+      seeds_.erase(seeds);
+      seeded_ += n;
+      if (n > 0) {
+        spdlog::info("dns: sandbox {}: {} learned address(es) still in {} booked against its quota ({} names)", id,
+                     n, "egr_resolved_v2", book->names());
+      }
+    }
+  }
+  sb->live->book = std::move(book);
   sb->live->scope = std::make_shared<const SandboxScope>(std::move(scope));
   for (const auto& addr : {ep.addr4, ep.addr6}) {
     if (!addr) continue;
@@ -465,7 +542,10 @@ absl::Status DnsProxy::Serve(SandboxScope scope, const Endpoint& ep) {
   }
   for (auto& u : sb->udp) u->Receive();
   for (auto& t : sb->tcp) t->Accept();
-  spdlog::info("dns: serving sandbox {} at {}", id, ep.ToString());
+  int granted = 0;
+  for (auto& u : sb->udp) granted = granted == 0 ? u->ReceiveBuffer() : std::min(granted, u->ReceiveBuffer());
+  spdlog::info("dns: serving sandbox {} at {} (UDP receive buffer {} bytes granted, {} asked)", id, ep.ToString(),
+               granted, shared_->opts.udp_receive_buffer);
   sandboxes_[id] = std::move(sb);
   return absl::OkStatus();
 }

@@ -16,7 +16,9 @@
 #include <boost/asio/io_context.hpp>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "userspace/dns/events.h"
+#include "userspace/dns/learned_book.h"
 #include "userspace/dns/learner.h"
 #include "userspace/dns/query_flow.h"
 #include "userspace/dns/upstream.h"
@@ -36,6 +38,13 @@ struct ProxyOptions {
   size_t max_tcp_connections = 64;   // per endpoint and family
   size_t max_tcp_in_flight = 32;     // queries pipelined on one connection
   int tcp_idle_ms = 10000;           // an idle connection is closed
+  // SO_RCVBUF of each endpoint's UDP socket (SO_RCVBUFFORCE when the
+  // process may, past net.core.rmem_max), in bytes as setsockopt takes them
+  // (the kernel reports twice that, its bookkeeping included).  Sized for a
+  // burst, not a rate (docs/dns.md, "Receive buffers"); 0: the kernel's
+  // default.
+  int udp_receive_buffer = kDefaultUdpReceiveBuffer;
+  static constexpr int kDefaultUdpReceiveBuffer = 1 << 20;
   // Told of every message once answered (the audit trail); must outlive the
   // proxy.  Null: nobody.
   QueryObserver* observer = nullptr;
@@ -67,6 +76,19 @@ class DnsProxy {
 
   const Counters& counters() const { return counters_; }
 
+  // What the kernel's resolved map holds for `sandbox_id` (read once at
+  // start): its book starts from these when it is first served (SeedBook).
+  void Seed(uint64_t sandbox_id, std::vector<LearnedSeed> seeds) { seeds_[sandbox_id] = std::move(seeds); }
+  size_t seeded() const { return seeded_; }
+
+  // Serves the readiness self-test (self_test.h): one UDP socket on `addr`,
+  // port chosen by the kernel, with a scope that allows no name, so every
+  // query there is answered NXDOMAIN by the proxy itself through the same
+  // receive, parse, scope and denial code as a sandbox's.  It is no sandbox:
+  // own counters, never audited.  Returns the bound endpoint.
+  absl::StatusOr<Endpoint> ServeSelfTest(const net::IpAddr& addr);
+  const Counters& self_test_counters() const { return self_test_counters_; }
+
   struct Sandbox;
   struct Shared;
 
@@ -75,6 +97,11 @@ class DnsProxy {
   std::shared_ptr<Shared> shared_;
   std::map<uint64_t, std::shared_ptr<Sandbox>> sandboxes_;
   Counters counters_;
+  std::map<uint64_t, std::vector<LearnedSeed>> seeds_;
+  size_t seeded_ = 0;
+  std::shared_ptr<Shared> self_test_shared_;
+  std::shared_ptr<Sandbox> self_test_;
+  Counters self_test_counters_;
 };
 
 }  // namespace egressd::dns

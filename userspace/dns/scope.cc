@@ -32,6 +32,13 @@ NameScope::NameScope(const policy::CompiledPolicy& policy) {
   for (auto& r : policy_.wildcard_suffixes) r.source.clear();
 }
 
+std::vector<std::string> NameScope::Rules() const {
+  std::vector<std::string> out;
+  for (const auto& r : policy_.names) out.push_back(r.name);
+  for (const auto& r : policy_.wildcard_suffixes) out.push_back("*." + r.name);
+  return out;
+}
+
 std::optional<ScopeMatch> NameScope::Match(std::string_view qname) const {
   // The policy layer's own judgement first, so the two can never disagree.
   if (!policy::NameAllowed(policy_, qname)) return std::nullopt;

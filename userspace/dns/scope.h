@@ -37,6 +37,9 @@ class NameScope {
   std::optional<ScopeMatch> Match(std::string_view qname) const;
 
   size_t size() const { return policy_.names.size() + policy_.wildcard_suffixes.size(); }
+  // Every rule's text as Match() reports it: the exact names, then
+  // "*." + each wildcard suffix (NameId() of these are RuleIds()).
+  std::vector<std::string> Rules() const;
 
  private:
   policy::CompiledPolicy policy_;  // only the sorted name lists are kept
