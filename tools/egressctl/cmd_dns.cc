@@ -11,17 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "maps/pinned_maps.h"
-#include "maps/resolved_collector.h"
-#include "maps/resolved_table.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
 #include "tools/egressctl/run_dns.h"
 #include "userspace/common/errors.h"
 #include "userspace/control/sandbox_record.h"
-#include "userspace/audit/dns_events.h"
-#include "userspace/audit/user_events.h"
-#include "userspace/dns/proxy.h"
+#include "userspace/daemon/dns_host.h"
 #include "userspace/daemon/record_watcher.h"
+#include "userspace/dns/proxy.h"
 
 namespace egressd::cli {
 namespace {
@@ -91,25 +88,17 @@ int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector
   }
 
   asio::io_context io;
-  auto upstream = dns::Upstream::Create(io, uo);
-  if (!upstream.ok()) {
-    spdlog::error("{}", upstream.status().ToString());
+  daemon::DnsHostOptions ho;
+  ho.upstream = uo;
+  ho.SetFrom(*config_dns);
+  ho.audit_source = "dns-proxy";
+  auto host = daemon::DnsHost::Create(io, paths, *maps, std::move(ho));
+  if (!host.ok()) {
+    spdlog::error("{}", host.status().ToString());
     return kExitFailure;
   }
-  const dns::Lifetime lifetime = dns::LifetimeOf(*config_dns);
-  maps::ResolvedTable table(*maps, uint64_t{lifetime.grace_s} * 1'000'000'000ull);
-  // Every query becomes an audit record (docs/audit.md, "DNS").
-  auto audit_writer = audit::UserEventWriter::Open(paths, "dns-proxy");
-  if (!audit_writer.ok()) {
-    spdlog::error("audit: {}", audit_writer.status().ToString());
-    return kExitFailure;
-  }
-  audit::DnsAudit audit_observer(**audit_writer);
-  dns::ProxyOptions proxy_options;
-  proxy_options.observer = &audit_observer;
-  proxy_options.lifetime = lifetime;
-  proxy_options.bounds = BoundsOf(*config_dns);
-  dns::DnsProxy proxy(io, **upstream, table, proxy_options);
+  dns::DnsProxy& proxy = (*host)->proxy();
+  const dns::ProxyOptions& proxy_options = (*host)->proxy_options();
   daemon::RecordWatcher watcher(io, records, proxy, Say);
   // Watch first, then read: a record written in between is seen twice, never
   // missed.
@@ -118,11 +107,6 @@ int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector
     return kExitFailure;
   }
   for (const auto& r : *all) watcher.Refresh(r.cgroup_id);
-  // Expired learned addresses go, on this loop: a sweep never interleaves
-  // with the proxy's writes (maps/resolved_collector.h).
-  maps::ResolvedCollector collector(io, maps->resolved(), maps->resuse(), maps::ResolvedCollector::Options{});
-  table.OnWrite([&collector](uint64_t expires) { collector.Expect(expires); });
-  collector.Start();
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code&, int) { io.stop(); });

@@ -1,6 +1,5 @@
 #include "tools/egressctl/run_dns.h"
 
-#include <boost/asio/post.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <spdlog/spdlog.h>
 
@@ -8,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "maps/resolved_table.h"
 #include "userspace/policy/yaml_walk.h"
 
 namespace egressd::cli {
@@ -92,32 +90,18 @@ absl::StatusOr<std::unique_ptr<RunDns>> RunDns::Start(const Paths& paths, const 
   auto maps = maps::PinnedMaps::Open(paths.pin_root);
   if (!maps.ok()) return maps.status();
   d->maps_.emplace(std::move(*maps));
-  dns::UpstreamOptions uo;
-  uo.servers = upstreams;
-  auto up = dns::Upstream::Create(d->io_, uo);
-  if (!up.ok()) return up.status();
-  d->upstream_ = std::move(*up);
-  auto table = std::make_unique<maps::ResolvedTable>(*d->maps_, uint64_t{lifetime.grace_s} * 1'000'000'000ull);
-  maps::ResolvedTable* t = table.get();
-  d->table_ = std::move(table);
-  auto writer = audit::UserEventWriter::Open(paths, "dns-proxy");
-  if (!writer.ok()) return writer.status();
-  d->audit_ = std::move(*writer);
-  d->observer_ = std::make_unique<audit::DnsAudit>(*d->audit_);
-  dns::ProxyOptions po;
-  po.observer = d->observer_.get();
-  po.lifetime = lifetime;
-  po.bounds = bounds;
-  d->proxy_ = std::make_unique<dns::DnsProxy>(d->io_, *d->upstream_, *d->table_, po);
+  daemon::DnsHostOptions ho;
+  ho.upstream.servers = upstreams;
+  ho.lifetime = lifetime;
+  ho.bounds = bounds;
+  ho.audit_source = "dns-proxy";
+  ho.seed_books = false;  // a new cgroup: nothing learned yet
+  auto host = daemon::DnsHost::Create(d->io_, paths, *d->maps_, std::move(ho));
+  if (!host.ok()) return host.status();
+  d->host_ = std::move(*host);
   // Bound here, before the command starts: its first query finds the endpoint.
-  if (absl::Status s = d->proxy_->Serve(DnsScopeOf(record), *ep); !s.ok()) return s;
+  if (absl::Status s = d->host_->proxy().Serve(DnsScopeOf(record), *ep); !s.ok()) return s;
   d->endpoint_ = ep->ToString();
-  // Expired entries of every sandbox go, on the proxy's loop (between its
-  // writes, never within one).
-  d->collector_ = std::make_unique<maps::ResolvedCollector>(d->io_, d->maps_->resolved(), d->maps_->resuse(),
-                                                            maps::ResolvedCollector::Options{});
-  t->OnWrite([c = d->collector_.get()](uint64_t expires) { c->Expect(expires); });
-  boost::asio::post(d->io_, [c = d->collector_.get()] { c->Start(); });
   d->loop_ = std::thread([io = &d->io_] {
     auto guard = boost::asio::make_work_guard(*io);
     io->run();
@@ -131,15 +115,13 @@ absl::StatusOr<std::unique_ptr<RunDns>> RunDns::Start(const Paths& paths, const 
 RunDns::~RunDns() {
   io_.stop();
   if (loop_.joinable()) loop_.join();
-  if (proxy_) {
-    const dns::Counters& c = proxy_->counters();
+  if (host_) {
+    const dns::Counters& c = host_->proxy().counters();
     spdlog::info("dns: {} queries, {} denied, {} forwarded, {} answered, {} servfail, {} learned", c.queries.load(),
                  c.denied.load(), c.forwarded.load(), c.answered.load(), c.servfail.load(), c.learned.load());
   }
-  // The proxy and upstream go before the loop they ran on.
-  collector_.reset();
-  proxy_.reset();
-  upstream_.reset();
+  // The collector, proxy and upstream go before the loop they ran on.
+  host_.reset();
 }
 
 }  // namespace egressd::cli

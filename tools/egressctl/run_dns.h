@@ -16,11 +16,9 @@
 
 #include "absl/status/statusor.h"
 #include "maps/pinned_maps.h"
-#include "maps/resolved_collector.h"
-#include "userspace/audit/dns_events.h"
-#include "userspace/audit/user_events.h"
 #include "userspace/common/node.h"
 #include "userspace/control/sandbox_record.h"
+#include "userspace/daemon/dns_host.h"
 #include "userspace/daemon/record_watcher.h"
 #include "userspace/dns/proxy.h"
 #include "userspace/dns/upstream.h"
@@ -73,18 +71,13 @@ class RunDns {
   std::string endpoint() const { return endpoint_; }
   // Returns once every query answered so far is in the audit channel
   // (before the run's audit reader closes its last window).
-  void FlushAudit() { audit_->Flush(); }
+  void FlushAudit() { host_->audit().Flush(); }
 
  private:
   RunDns() = default;
   boost::asio::io_context io_;
   std::optional<maps::PinnedMaps> maps_;
-  std::unique_ptr<audit::UserEventWriter> audit_;
-  std::unique_ptr<audit::DnsAudit> observer_;
-  std::unique_ptr<dns::Upstream> upstream_;
-  std::unique_ptr<dns::LearnedAddressSink> table_;
-  std::unique_ptr<dns::DnsProxy> proxy_;
-  std::unique_ptr<maps::ResolvedCollector> collector_;
+  std::unique_ptr<daemon::DnsHost> host_;
   std::thread loop_;
   std::string endpoint_;
 };

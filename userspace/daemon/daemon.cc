@@ -40,9 +40,9 @@ Daemon::~Daemon() {
   gone_watch_.reset();
   audit_host_.reset();
   watcher_.reset();
-  collector_.reset();
-  proxy_.reset();
-  upstream_.reset();
+  proxy_ = nullptr;
+  resolved_ = nullptr;
+  dns_host_.reset();
   unlink(socket_path_.c_str());
 }
 
@@ -100,19 +100,16 @@ absl::Status Daemon::Start() {
   }
   EGR_ASSIGN_OR_RETURN(audit_, audit::UserEventWriter::Open(paths, "egressd"));
   if (!deployment_.dns.upstreams.empty()) {
-    dns::UpstreamOptions uo;
-    for (const auto& u : deployment_.dns.upstreams) uo.servers.push_back(dns::UpstreamServer{u.addr, u.port});
-    uo.timeout_ms = options_.upstream_timeout_ms;
-    uo.tries = options_.upstream_tries;
-    EGR_ASSIGN_OR_RETURN(upstream_, dns::Upstream::Create(io_, uo));
-    const dns::Lifetime lifetime = dns::LifetimeOf(deployment_.dns);
-    resolved_ = std::make_unique<maps::ResolvedTable>(*maps_, uint64_t{lifetime.grace_s} * 1'000'000'000ull);
-    dns_audit_ = std::make_unique<audit::DnsAudit>(*audit_);
-    dns::ProxyOptions po;
-    po.observer = dns_audit_.get();
-    po.lifetime = lifetime;
-    po.bounds = dns::Bounds{deployment_.dns.max_addresses_per_sandbox, deployment_.dns.max_addresses_per_name};
-    proxy_ = std::make_unique<dns::DnsProxy>(io_, *upstream_, *resolved_, po);
+    DnsHostOptions ho;
+    for (const auto& u : deployment_.dns.upstreams) ho.upstream.servers.push_back(dns::UpstreamServer{u.addr, u.port});
+    ho.upstream.timeout_ms = options_.upstream_timeout_ms;
+    ho.upstream.tries = options_.upstream_tries;
+    ho.SetFrom(deployment_.dns);
+    ho.audit = audit_.get();
+    ho.self_test = true;
+    EGR_ASSIGN_OR_RETURN(dns_host_, DnsHost::Create(io_, paths, *maps_, std::move(ho)));
+    proxy_ = &dns_host_->proxy();
+    resolved_ = &dns_host_->table();
     watcher_ = std::make_unique<RecordWatcher>(io_, *records_, *proxy_, [](const std::string& line) {
       spdlog::info("dns: {}", line);
     });
@@ -120,12 +117,6 @@ absl::Status Daemon::Start() {
     // never missed.
     EGR_RETURN_IF_ERROR(watcher_->Start());
     for (const auto& r : all) watcher_->Refresh(r.cgroup_id);
-    // Expired learned addresses go, on this loop: a sweep never interleaves
-    // with the proxy's writes (maps/resolved_collector.h).
-    collector_ = std::make_unique<maps::ResolvedCollector>(io_, maps_->resolved(), maps_->resuse(),
-                                                           maps::ResolvedCollector::Options{});
-    resolved_->OnWrite([c = collector_.get()](uint64_t expires) { c->Expect(expires); });
-    collector_->Start();
   } else {
     spdlog::warn("no dns.upstreams in the config: sandboxes' DNS fails closed and the daemon is not ready");
   }
@@ -206,19 +197,30 @@ Response Daemon::Status() {
 }
 
 Response Daemon::Ready() {
+  // Each check by name: true, or false with its reason (also in `missing`).
   nlohmann::json checks;
+  nlohmann::json reasons = nlohmann::json::object();
   std::vector<std::string> missing;
-  const bool attached = IsLoaded(options_.paths);
-  checks["programs_attached"] = attached;
-  if (!attached) missing.push_back("not every cgroup link is pinned under " + options_.paths.pin_root);
-  const size_t before_links = missing.size();
-  checks["links"] = LinksJson(&missing);
-  checks["links_in_force"] = missing.size() == before_links;
+  auto check = [&](const std::string& name, bool ok, const std::string& why) {
+    checks[name] = ok;
+    if (ok) return;
+    reasons[name] = why;
+    missing.push_back(why);
+  };
+  check("programs_attached", IsLoaded(options_.paths),
+        "not every cgroup link is pinned under " + options_.paths.pin_root);
+  std::vector<std::string> links_missing;
+  checks["links"] = LinksJson(&links_missing);
+  check("links_in_force", links_missing.empty(), absl::StrJoin(links_missing, "; "));
   auto m = maps::PinnedMaps::Open(options_.paths.pin_root);
-  checks["maps_open"] = m.ok();
-  if (!m.ok()) missing.emplace_back(m.status().message());
-  checks["dns_upstream"] = proxy_ != nullptr;
-  if (!proxy_) missing.push_back("no dns.upstreams in the config: sandboxes' DNS fails closed");
+  check("maps_open", m.ok(), m.ok() ? "" : std::string(m.status().message()));
+  check("dns_upstream", proxy_ != nullptr, "no dns.upstreams in the config: sandboxes' DNS fails closed");
+  // A query through the proxy's own socket and code, answered by it
+  // (dns_host.h): this call starts the next, the latest finished one counts.
+  if (dns_host_) dns_host_->StartSelfTest();
+  const SelfTestResult* st = dns_host_ ? &dns_host_->self_test() : nullptr;
+  check("dns_self_test", st && st->ok,
+        st ? "dns self-test: " + st->reason : "dns self-test: no DNS proxy runs (no dns.upstreams in the config)");
   // Every record with an endpoint is served.
   size_t unserved = 0;
   if (auto all = records_->List(); all.ok()) {
@@ -227,10 +229,17 @@ Response Daemon::Ready() {
     }
   }
   checks["dns_endpoints_unserved"] = unserved;
-  if (unserved > 0) missing.push_back(absl::StrCat(unserved, " sandbox DNS endpoint(s) not served"));
+  if (unserved > 0) {
+    const std::string why = absl::StrCat(unserved, " sandbox DNS endpoint(s) not served");
+    reasons["dns_endpoints_unserved"] = why;
+    missing.push_back(why);
+  }
   const bool ready = missing.empty();
   nlohmann::json j = {{"ready", ready}, {"checks", checks}};
-  if (!ready) j["missing"] = missing;
+  if (!ready) {
+    j["missing"] = missing;
+    j["reasons"] = reasons;
+  }
   return Response{ready ? 200 : 503, std::move(j)};
 }
 

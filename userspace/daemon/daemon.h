@@ -31,6 +31,7 @@
 #include "userspace/daemon/cgroup_watch.h"
 #include "userspace/daemon/cgroup_gone_watch.h"
 #include "userspace/daemon/client.h"
+#include "userspace/daemon/dns_host.h"
 #include "userspace/daemon/http_server.h"
 #include "userspace/daemon/record_watcher.h"
 #include "userspace/daemon/sandbox_request.h"
@@ -131,11 +132,9 @@ class Daemon {
   std::optional<maps::PinnedMaps> maps_;
   std::unique_ptr<control::SandboxRecords> records_;
   std::unique_ptr<audit::UserEventWriter> audit_;
-  std::unique_ptr<audit::DnsAudit> dns_audit_;
-  std::unique_ptr<dns::Upstream> upstream_;
-  std::unique_ptr<maps::ResolvedTable> resolved_;
-  std::unique_ptr<dns::DnsProxy> proxy_;
-  std::unique_ptr<maps::ResolvedCollector> collector_;
+  // dns_host_'s (null without a DNS upstream).
+  maps::ResolvedTable* resolved_ = nullptr;
+  dns::DnsProxy* proxy_ = nullptr;
   std::unique_ptr<RecordWatcher> watcher_;
   std::unique_ptr<AuditHost> audit_host_;
   std::unique_ptr<HttpServer> server_;
@@ -149,6 +148,7 @@ class Daemon {
   std::map<std::string, Held> held_;
   std::unique_ptr<CgroupWatch> cgroup_watch_;
   std::unique_ptr<CgroupGoneWatch> gone_watch_;
+  std::unique_ptr<DnsHost> dns_host_;  // the DNS stack (dns_host.h); null without a DNS upstream
 };
 
 }  // namespace egressd::daemon
