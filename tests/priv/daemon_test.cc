@@ -38,6 +38,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
@@ -58,6 +60,9 @@ constexpr const char* kUpstream = lab::kPublicE4;  // 198.51.100.8: the config's
 constexpr const char* kWorld8 = lab::kDns4;        // 8.8.8.8: must see nothing
 constexpr const char* kName = "named.example";     // -> kPublicC4, allowed by name only
 constexpr const char* kDownName = "down.example";  // asked only while the daemon is down
+// Answers only (learned, never connected to): the learned-book restart test.
+constexpr const char* kThreeName = "three.example";
+constexpr const char* kTwoName = "two.example";
 
 class Daemon : public ::testing::Test {
  protected:
@@ -66,7 +71,10 @@ class Daemon : public ::testing::Test {
     Lab& lab = Shared().lab();
     auto up = DnsServer::Start(DnsServerSpec{.netns = lab.world_netns(),
                                              .listen = {kUpstream},
-                                             .records = {{kName, {lab::kPublicC4}}, {kDownName, {lab::kPublicC4}}},
+                                             .records = {{kName, {lab::kPublicC4}},
+                                                         {kDownName, {lab::kPublicC4}},
+                                                         {kThreeName, {"203.0.113.1", "203.0.113.2", "203.0.113.3"}},
+                                                         {kTwoName, {"203.0.113.11", "203.0.113.12"}}},
                                              .extra_args = {"--local-ttl=300"}});
     ASSERT_TRUE(up.ok()) << up.status();
     upstream_ = std::move(*up).release();
@@ -106,7 +114,8 @@ class Daemon : public ::testing::Test {
     RunSpec s;
     s.netns = lab().node_netns();
     s.env = Shared().CtlEnv();
-    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket()};
+    s.argv = {lab::BinaryPath("egressd"), "--config", config_override_.empty() ? config_ : config_override_,
+              "--socket", socket()};
     s.argv.insert(s.argv.end(), extra.begin(), extra.end());
     s.timeout = 10min;
     auto bg = lab::Start(s);
@@ -127,6 +136,17 @@ class Daemon : public ::testing::Test {
     auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : daemon::ClientResponse{};
+  }
+  // Asks /readyz until it says 200 (its DNS self-test answers on the
+  // daemon's loop, a moment after start; each call a round trip), or the
+  // last answer after the deadline.
+  daemon::ClientResponse WaitReady() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int(5000 * TimeScale()));
+    daemon::ClientResponse r;
+    do {
+      r = Call("GET", "/readyz");
+    } while (r.status != 200 && std::chrono::steady_clock::now() < deadline);
+    return r;
   }
   // A fresh lab cgroup registered as `id` through the API.
   std::string Put(const std::string& id, nlohmann::json body, int want = 201) {
@@ -165,6 +185,7 @@ class Daemon : public ::testing::Test {
   static inline DnsServer* world8_ = nullptr;
   static inline std::string config_;
   std::optional<lab::Background> daemon_;
+  std::string config_override_;  // non-empty: StartDaemon's --config
   std::vector<std::pair<std::string, std::string>> registered_;
   std::vector<std::string> contained_;
 };
@@ -176,7 +197,7 @@ std::string FirstLine(const std::string& s) {
 TEST_F(Daemon, PutEnforcesAndServesDnsGetListDeleteAndBadInputChangesNothing) {
   StartDaemon();
   EXPECT_EQ(Call("GET", "/healthz").status, 200);
-  daemon::ClientResponse ready = Call("GET", "/readyz");
+  daemon::ClientResponse ready = WaitReady();
   EXPECT_EQ(ready.status, 200) << ready.body.dump();
   daemon::ClientResponse status = Call("GET", "/v1/status");
   EXPECT_EQ(status.body.value("enforcing", false), true) << status.body.dump();
@@ -330,7 +351,7 @@ TEST_F(Daemon, Kill9KeepsEnforcementDnsFailsClosedAndARestartResumesOnTheSameEnd
   EXPECT_EQ(FirstLine(down.out).find(lab::kPublicC4), std::string::npos) << down.Describe();
 
   StartDaemon();
-  EXPECT_EQ(Call("GET", "/readyz").status, 200);
+  EXPECT_EQ(WaitReady().status, 200);
   const nlohmann::json after = Call("GET", "/v1/sandboxes/pod-r").body;
   EXPECT_EQ(after["dns"], before["dns"]) << "the same endpoint";
   EXPECT_EQ(after.value("policy_id", 0u), before.value("policy_id", 0u));
@@ -347,7 +368,7 @@ TEST_F(Daemon, Kill9KeepsEnforcementDnsFailsClosedAndARestartResumesOnTheSameEnd
     Kill9();
     const auto t0 = std::chrono::steady_clock::now();
     StartDaemon();
-    ASSERT_EQ(Call("GET", "/readyz").status, 200);
+    ASSERT_EQ(WaitReady().status, 200);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
@@ -622,6 +643,70 @@ TEST_F(Daemon, RunRegistersWithTheDaemonSurvivesItsKill9AndIsGoneOnceItExits) {
   EXPECT_FALSE(absl::StrContains(st.out, id)) << st.out;
   unlink(fifo.c_str());
   rmdir(dir.c_str());
+}
+
+// /readyz names each check; the DNS check is a query through the proxy's
+// own socket and code (its self-test endpoint on 127.0.0.1), answered
+// NXDOMAIN by the proxy itself: the upstream is never asked for it.
+TEST_F(Daemon, ReadyzNamesEachCheckAndItsDnsSelfTestIsAnsweredByTheProxyItself) {
+  StartDaemon();
+  daemon::ClientResponse r = WaitReady();
+  ASSERT_EQ(r.status, 200) << r.body.dump(2);
+  const nlohmann::json& checks = r.body["checks"];
+  for (const char* name : {"programs_attached", "maps_open", "dns_upstream", "dns_self_test"}) {
+    EXPECT_EQ(checks.value(name, false), true) << name << ": " << r.body.dump(2);
+  }
+  EXPECT_EQ(checks.value("dns_endpoints_unserved", 99), 0) << r.body.dump(2);
+  EXPECT_FALSE(r.body.contains("reasons")) << r.body.dump(2);
+  // Every readyz starts the next self-test: still answered.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(WaitReady().status, 200);
+  EXPECT_EQ(upstream_->QueriesFor("self-test.egressd.invalid"), 0u) << upstream_->Log();
+}
+
+// Without dns.upstreams the daemon serves no DNS (a sandbox's DNS fails
+// closed) and is not ready: 503 naming the upstream and the self-test.
+TEST_F(Daemon, WithoutADnsUpstreamReadyzIs503NamingItAndNoDnsIsServed) {
+  config_override_ = Shared().runtime_dir() + "-daemon-noup.yaml";
+  std::ofstream(config_override_) << "dns:\n  endpoint4: " << lab::kPodGatewayV4 << "\n";
+  StartDaemon();
+  daemon::ClientResponse r = Call("GET", "/readyz");
+  unlink(config_override_.c_str());
+  config_override_.clear();
+  ASSERT_EQ(r.status, 503) << r.body.dump(2);
+  EXPECT_EQ(r.body["checks"].value("dns_upstream", true), false) << r.body.dump(2);
+  EXPECT_EQ(r.body["checks"].value("dns_self_test", true), false) << r.body.dump(2);
+  EXPECT_TRUE(absl::StrContains(r.body["reasons"].value("dns_upstream", ""), "no dns.upstreams")) << r.body.dump(2);
+  EXPECT_TRUE(absl::StrContains(r.body["reasons"].value("dns_self_test", ""), "no DNS proxy runs")) << r.body.dump(2);
+  EXPECT_EQ(r.body["checks"].value("programs_attached", false), true) << "the other checks still pass";
+  daemon::ClientResponse st = Call("GET", "/v1/status");
+  EXPECT_EQ(st.body["dns"].value("served", 99), 0) << st.body.dump(2);
+}
+
+// Issue 12: a restart does not reset a sandbox's learned-address quota.
+// The new daemon's learned book starts from what egr_resolved_v2 still
+// holds (3 addresses), so with a quota of 4 only one of the next answer's
+// two new addresses is learned.  Before the seeding, both were.
+TEST_F(Daemon, AfterKill9TheLearnedAddressesStillCountAgainstTheQuota) {
+  config_override_ = Shared().runtime_dir() + "-daemon-quota.yaml";
+  std::ofstream(config_override_) << "dns:\n  upstreams: [" << kUpstream << "]\n  endpoint4: " << lab::kPodGatewayV4
+                                  << "\n  endpoint6: " << lab::kPodGatewayV6 << "\n  maxAddressesPerSandbox: 4\n";
+  StartDaemon();
+  const std::string cg = Put("pod-q", {{"egress", {kThreeName, kTwoName}}});
+  std::vector<std::string> three = absl::StrSplit(absl::StripAsciiWhitespace(Dig(cg, kThreeName).out), '\n');
+  EXPECT_EQ(three.size(), 3u) << absl::StrJoin(three, ",");
+
+  Kill9();
+  StartDaemon();
+  unlink(config_override_.c_str());
+  config_override_.clear();
+  ASSERT_EQ(WaitReady().status, 200);
+  RunResult two = Dig(cg, kTwoName);
+  std::vector<std::string> got = absl::StrSplit(absl::StripAsciiWhitespace(two.out), '\n', absl::SkipEmpty());
+  EXPECT_EQ(got.size(), 1u) << "quota 4, 3 held from before the restart: " << two.Describe() << daemon_->err();
+  // The three learned before are still allowed (asked again: refreshes, no room taken).
+  std::vector<std::string> again = absl::StrSplit(absl::StripAsciiWhitespace(Dig(cg, kThreeName).out), '\n',
+                                                  absl::SkipEmpty());
+  EXPECT_EQ(again.size(), 3u) << absl::StrJoin(again, ",");
 }
 
 }  // namespace
