@@ -60,9 +60,8 @@ constexpr const char* kUpstream = lab::kPublicE4;  // 198.51.100.8: the config's
 constexpr const char* kWorld8 = lab::kDns4;        // 8.8.8.8: must see nothing
 constexpr const char* kName = "named.example";     // -> kPublicC4, allowed by name only
 constexpr const char* kDownName = "down.example";  // asked only while the daemon is down
-// Answers only (learned, never connected to): the learned-book restart test.
-constexpr const char* kThreeName = "three.example";
-constexpr const char* kTwoName = "two.example";
+// q1..q5.example -> 203.0.113.1..5: answers only (learned, never connected
+// to), for the learned-book restart test.
 
 class Daemon : public ::testing::Test {
  protected:
@@ -73,8 +72,11 @@ class Daemon : public ::testing::Test {
                                              .listen = {kUpstream},
                                              .records = {{kName, {lab::kPublicC4}},
                                                          {kDownName, {lab::kPublicC4}},
-                                                         {kThreeName, {"203.0.113.1", "203.0.113.2", "203.0.113.3"}},
-                                                         {kTwoName, {"203.0.113.11", "203.0.113.12"}}},
+                                                         {"q1.example", {"203.0.113.1"}},
+                                                         {"q2.example", {"203.0.113.2"}},
+                                                         {"q3.example", {"203.0.113.3"}},
+                                                         {"q4.example", {"203.0.113.4"}},
+                                                         {"q5.example", {"203.0.113.5"}}},
                                              .extra_args = {"--local-ttl=300"}});
     ASSERT_TRUE(up.ok()) << up.status();
     upstream_ = std::move(*up).release();
@@ -684,29 +686,33 @@ TEST_F(Daemon, WithoutADnsUpstreamReadyzIs503NamingItAndNoDnsIsServed) {
 
 // Issue 12: a restart does not reset a sandbox's learned-address quota.
 // The new daemon's learned book starts from what egr_resolved_v2 still
-// holds (3 addresses), so with a quota of 4 only one of the next answer's
-// two new addresses is learned.  Before the seeding, both were.
+// holds (3 addresses, one name each), so with a quota of 4 only one more
+// address is learned after the restart: q4 is answered, q5 is SERVFAIL.
+// Before the seeding the book started empty and both were learned.
 TEST_F(Daemon, AfterKill9TheLearnedAddressesStillCountAgainstTheQuota) {
   config_override_ = Shared().runtime_dir() + "-daemon-quota.yaml";
   std::ofstream(config_override_) << "dns:\n  upstreams: [" << kUpstream << "]\n  endpoint4: " << lab::kPodGatewayV4
-                                  << "\n  endpoint6: " << lab::kPodGatewayV6 << "\n  maxAddressesPerSandbox: 4\n";
+                                  << "\n  endpoint6: " << lab::kPodGatewayV6
+                                  << "\n  maxAddressesPerSandbox: 4\n  maxAddressesPerName: 4\n";
   StartDaemon();
-  const std::string cg = Put("pod-q", {{"egress", {kThreeName, kTwoName}}});
-  std::vector<std::string> three = absl::StrSplit(absl::StripAsciiWhitespace(Dig(cg, kThreeName).out), '\n');
-  EXPECT_EQ(three.size(), 3u) << absl::StrJoin(three, ",");
+  const std::string cg =
+      Put("pod-q", {{"egress", {"q1.example", "q2.example", "q3.example", "q4.example", "q5.example"}}});
+  for (int i = 1; i <= 3; ++i) {
+    EXPECT_EQ(FirstLine(Dig(cg, absl::StrCat("q", i, ".example")).out), absl::StrCat("203.0.113.", i));
+  }
 
   Kill9();
   StartDaemon();
   unlink(config_override_.c_str());
   config_override_.clear();
   ASSERT_EQ(WaitReady().status, 200);
-  RunResult two = Dig(cg, kTwoName);
-  std::vector<std::string> got = absl::StrSplit(absl::StripAsciiWhitespace(two.out), '\n', absl::SkipEmpty());
-  EXPECT_EQ(got.size(), 1u) << "quota 4, 3 held from before the restart: " << two.Describe() << daemon_->err();
-  // The three learned before are still allowed (asked again: refreshes, no room taken).
-  std::vector<std::string> again = absl::StrSplit(absl::StripAsciiWhitespace(Dig(cg, kThreeName).out), '\n',
-                                                  absl::SkipEmpty());
-  EXPECT_EQ(again.size(), 3u) << absl::StrJoin(again, ",");
+  EXPECT_EQ(FirstLine(Dig(cg, "q4.example").out), "203.0.113.4") << "the quota's last room";
+  RunResult q5 = Dig(cg, "q5.example");
+  EXPECT_EQ(FirstLine(q5.out), "") << "quota 4, 3 held from before the restart, 1 since: " << q5.Describe()
+                                   << daemon_->err();
+  EXPECT_TRUE(absl::StrContains(daemon_->err(), "booked against its quota")) << daemon_->err();
+  // Those learned before the restart are still answered (a refresh takes no room).
+  EXPECT_EQ(FirstLine(Dig(cg, "q1.example").out), "203.0.113.1");
 }
 
 }  // namespace
