@@ -1,6 +1,6 @@
 // egressd: the node daemon (userspace/daemon).  Flags to options, one
 // io_context, run until SIGINT/SIGTERM, which stop serving and tear nothing
-// down (only `egressctl unload` does).  `egressd --probe healthz|readyz` is
+// down (only `egressctl unload` does); SIGHUP reloads the config.  `egressd --probe healthz|readyz` is
 // the orchestrator's probe of a running daemon (its API is a unix socket).
 #include <linux/capability.h>
 #include <signal.h>
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -183,6 +184,9 @@ int main(int argc, char** argv) {
     spdlog::info("signal {}: stopping (enforcement stays in force; `egressctl unload` removes it)", sig);
     io.stop();
   });
+  // SIGHUP re-reads --config (Daemon::Reload); caught from here on, so one
+  // during start-up waits for the loop instead of killing the daemon.
+  boost::asio::signal_set hup(io, SIGHUP);
   auto d = daemon::Daemon::Create(io, o);
   if (!d.ok()) {
     std::fprintf(stderr, "egressd: %s\n", d.status().ToString().c_str());
@@ -191,6 +195,18 @@ int main(int argc, char** argv) {
   // For whoever waits on it (tests, scripts): the API is up.
   std::printf("ready: %s\n", (*d)->socket_path().c_str());
   std::fflush(stdout);
+  std::function<void()> await_hup = [&] {
+    hup.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      daemon::Response r = (*d)->Reload("SIGHUP");
+      // For whoever waits on it, as "ready:" is: the reload's HTTP status
+      // and its answer on one line.
+      std::printf("reloaded: %d %s\n", r.status, r.body.dump().c_str());
+      std::fflush(stdout);
+      await_hup();
+    });
+  };
+  await_hup();
   io.run();
   return 0;
 }

@@ -122,6 +122,7 @@ absl::Status Daemon::Start() {
   }
   // Sandboxes whose cgroup goes while we run are collected at once.
   EGR_RETURN_IF_ERROR(StartCollecting());
+  EGR_RETURN_IF_ERROR(StartConfig());
   audit_host_ = std::make_unique<AuditHost>(io_, paths, options_.audit_window_ms);
   audit_host_->Start();
   // PUTs held when the last daemon stopped: applied now if their cgroup
@@ -157,6 +158,7 @@ Response Daemon::Handle(const Request& request, const Peer&) {
   if (target == "/healthz") return m == "GET" ? Response{200, {{"ok", true}}} : ErrorResponse(405, "method", "GET only");
   if (target == "/readyz") return m == "GET" ? Ready() : ErrorResponse(405, "method", "GET only");
   if (target == "/v1/status") return m == "GET" ? Status() : ErrorResponse(405, "method", "GET only");
+  if (target == "/v1/config:reload") return m == "POST" ? Reload("api") : ErrorResponse(405, "method", "POST only");
   if (target == "/v1/sandboxes" || target == "/v1/sandboxes/") {
     return m == "GET" ? List() : ErrorResponse(405, "method", "GET only (PUT /v1/sandboxes/{id} registers)");
   }
@@ -193,6 +195,7 @@ Response Daemon::Status() {
   j["held"] = held_.size();
   j["refused_callers"] = server_ ? server_->refused() : 0;
   j["capacity"] = NodeCapacityJson();
+  j["contained_roots"] = ContainedRootsJson();
   return Response{200, std::move(j)};
 }
 
@@ -234,6 +237,7 @@ Response Daemon::Ready() {
     reasons["dns_endpoints_unserved"] = why;
     missing.push_back(why);
   }
+  ReadyContainedRoots(checks, missing);
   const bool ready = missing.empty();
   nlohmann::json j = {{"ready", ready}, {"checks", checks}};
   if (!ready) {

@@ -32,6 +32,7 @@
 #include "userspace/daemon/cgroup_gone_watch.h"
 #include "userspace/daemon/client.h"
 #include "userspace/daemon/dns_host.h"
+#include "userspace/daemon/config_reload.h"
 #include "userspace/daemon/http_server.h"
 #include "userspace/daemon/record_watcher.h"
 #include "userspace/daemon/sandbox_request.h"
@@ -67,6 +68,9 @@ class Daemon {
   Response Handle(const Request& request, const Peer& peer);
   const std::string& socket_path() const { return socket_path_; }
   bool adopted() const { return adopted_; }
+  // Re-reads --config and applies it (config_reload.h): SIGHUP and POST
+  // /v1/config:reload.  `via` names the trigger in logs and audit records.
+  Response Reload(const std::string& via);
 
  private:
   Daemon(boost::asio::io_context& io, DaemonOptions options);
@@ -149,6 +153,23 @@ class Daemon {
   std::unique_ptr<CgroupWatch> cgroup_watch_;
   std::unique_ptr<CgroupGoneWatch> gone_watch_;
   std::unique_ptr<DnsHost> dns_host_;  // the DNS stack (dns_host.h); null without a DNS upstream
+  // Config reload and the contained roots from the config (config_reload.cc).
+  absl::Status StartConfig();
+  Response ApplyConfig(policy::DeploymentConfig next, std::optional<policy::InputText> text, const std::string& via);
+  nlohmann::json ContainConfigRoots(const std::string& via, bool& node_failed);
+  void ReleaseConfigRoots(const std::string& via, nlohmann::json& state, bool& node_failed);
+  // The previous declaration, for RestoreDeclaration should the PUT fail.
+  absl::StatusOr<std::optional<Declaration>> SaveDeclaration(uint64_t cgroup_id, const std::string& id,
+                                                             const SandboxRequest& req);
+  void RestoreDeclaration(uint64_t cgroup_id, const std::optional<Declaration>& previous);
+  void ForgetDeclaration(uint64_t cgroup_id);
+  // A sandbox a reload left `failed`: its state and error in `j`.
+  void MarkFailed(uint64_t cgroup_id, nlohmann::json& j);
+  nlohmann::json ContainedRootsJson();
+  void ReadyContainedRoots(nlohmann::json& checks, std::vector<std::string>& missing);
+  std::unique_ptr<DeclarationStore> declarations_;
+  std::map<uint64_t, nlohmann::json> failed_;  // cgroup id -> the error a reload gave it
+  nlohmann::json roots_state_;                 // the contained roots as the last pass left them
 };
 
 }  // namespace egressd::daemon

@@ -91,6 +91,7 @@ nlohmann::json Daemon::SandboxJson(const control::SandboxRecord& r) {
   j["in_kernel"] = in_kernel;
   j["enforced"] = in_kernel && r.current.policy && !audit_only;
   j["state"] = j["enforced"].get<bool>() ? "enforced" : (in_kernel ? "registered" : "not_in_kernel");
+  MarkFailed(r.cgroup_id, j);
   j["audit_only"] = audit_only;
   j["strict_audit"] = r.current.policy && r.current.policy->audit.strict;
   j["policy_id"] = r.current.policy_id;
@@ -218,7 +219,15 @@ Response Daemon::Apply(const std::string& id, const SandboxRequest& req) {
   }
   if (auto refused = CheckNode(id, req, p)) return *refused;
   const policy::CompiledPolicy& policy = *p.policy;
-  if (absl::Status s = control::Registry(options_.paths).Register(spec, policy); !s.ok()) return FromStatus(s);
+  // The declaration first (a reload recompiles it), put back should the
+  // registration fail.
+  auto previous_declaration = SaveDeclaration(*cgid, id, req);
+  if (!previous_declaration.ok()) return FromStatus(previous_declaration.status());
+  if (absl::Status s = control::Registry(options_.paths).Register(spec, policy); !s.ok()) {
+    RestoreDeclaration(*cgid, *previous_declaration);
+    return FromStatus(s);
+  }
+  failed_.erase(*cgid);
   const bool created = !current->has_value();
   index_[id] = *cgid;
   if (created) audit_->Submit(audit::SandboxJson("registered", *cgid, kVia, req.cgroup, spec.labels), *cgid);
@@ -273,6 +282,7 @@ Response Daemon::Delete(const std::string& id) {
   const control::SandboxRecord rec = **r;
   if (absl::Status s = control::Registry(options_.paths).Unregister(rec.cgroup_id); !s.ok()) return FromStatus(s);
   index_.erase(id);
+  ForgetDeclaration(rec.cgroup_id);
   if (proxy_) proxy_->Stop(rec.cgroup_id);
   if (resolved_) {
     if (absl::Status s = resolved_->RemoveSandbox(rec.cgroup_id); !s.ok()) spdlog::warn("sandbox {}: {}", id, s.ToString());

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "userspace/net/ip.h"
 #include "userspace/policy/targets.h"
 #include "userspace/policy/urls.h"
@@ -39,6 +40,7 @@ struct Raw {
   std::optional<yaml::Located> dns_per_sandbox, dns_per_name;  // issue 12's bounds
   bool allow_audit_only = false;
   std::vector<yaml::Located> limits;  // limits.* (issue 14), as written
+  std::vector<yaml::Located> contained_roots;  // containedRoots (issue 14)
 };
 
 // ---- dns ----
@@ -233,7 +235,7 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
   auto top = w.Mapping(doc, "",
                        {"airgapped", "hostedEdge", "protected", "onDeny",
                         "platform", "sealedInstalls", "egressExtraAllow",
-                        "sandboxExtraEnv", "dns", "audit", "limits"},
+                        "sandboxExtraEnv", "dns", "audit", "limits", "containedRoots"},
                        "");
   if (!top) {
     w.Error(file, "must be a mapping of settings");
@@ -267,6 +269,10 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
       ReadAudit(w, value, raw);
     } else if (key == "limits") {
       ReadLimits(w, value, raw);
+    } else if (key == "containedRoots") {
+      if (!value.IsNull()) {
+        if (auto v = w.Strings(value, key, false)) raw.contained_roots = *v;
+      }
     }
   }
   return raw;
@@ -320,6 +326,31 @@ void AddSettingValue(const ReachContext& ctx, SingleLabel single_label,
     return;
   }
   AddTarget(ctx, single_label, where, shown, *host, {}, source, into);
+}
+
+// containedRoots: absolute cgroup directory paths, written plainly (no
+// ".", "..", empty or trailing components), each once.  Whether the
+// directory exists is the daemon's to judge when it applies them.
+std::vector<std::string> ResolveContainedRoots(const std::vector<yaml::Located>& values,
+                                               std::vector<std::string>& errors) {
+  std::vector<std::string> out;
+  for (const yaml::Located& v : values) {
+    const std::string head = std::string(kOrigin) + " " + v.path + " " + net::Quote(v.value) + ": ";
+    bool plain = v.value.size() > 1 && v.value.front() == '/' && v.value.back() != '/';
+    const std::string rest = v.value.substr(plain ? 1 : 0);
+    for (absl::string_view part : absl::StrSplit(rest, '/')) {
+      if (part.empty() || part == "." || part == "..") plain = false;
+    }
+    if (!plain) {
+      AddLine(&errors, head + "not an absolute path of a cgroup v2 directory (written without \".\", \"..\" or "
+                              "empty parts, e.g. /sys/fs/cgroup/kubepods.slice)");
+    } else if (std::find(out.begin(), out.end(), v.value) != out.end()) {
+      AddLine(&errors, head + "named twice");
+    } else {
+      out.push_back(v.value);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -422,6 +453,7 @@ absl::StatusOr<DeploymentConfig> ParseDeploymentConfig(
                       d.always);
     }
   }
+  d.contained_roots = ResolveContainedRoots(raw->contained_roots, errors);
   if (!errors.empty()) {
     return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
   }

@@ -33,6 +33,7 @@
 //     maxCidrEntriesPerSandbox: 4096   # IPv4 allow-trie entries after folding
 //     maxCidr6EntriesPerSandbox: 1024  # IPv6 allow-trie entries after folding
 //     maxNamesPerSandbox: 1024         # names + wildcard rules
+//   containedRoots: [/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice]
 #ifndef EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
 #define EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
 
@@ -140,6 +141,12 @@ struct DeploymentConfig {
   bool allow_audit_only = false;
   // limits: the per-sandbox caps (control/sandbox_caps.h checks them).
   SandboxLimits limits;
+  // containedRoots: cgroup v2 directories (absolute paths) the daemon marks
+  // contained roots at start and on every reload, releasing the ones a
+  // reload no longer names (docs/api.md, "Contained roots from the
+  // config"): a cgroup below one with no registration of its own gets no
+  // egress.
+  std::vector<std::string> contained_roots;
 };
 
 // `egressctl run --floor F --on-deny A` as a one-machine deployment: the
