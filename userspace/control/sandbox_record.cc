@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "userspace/common/atomic_file.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/unique_fd.h"
 
@@ -340,33 +341,7 @@ absl::StatusOr<std::vector<SandboxRecord>> SandboxRecords::List(std::vector<uint
 absl::Status SandboxRecords::Write(const SandboxRecord& r) const {
   EGR_RETURN_IF_ERROR(MakeDirs(dir_, 0700));
   const std::string path = PathOf(r.cgroup_id);
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  const std::string text = ToJsonText(r);
-  {
-    UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("create ", tmp));
-    for (size_t done = 0; done < text.size();) {
-      ssize_t n = write(fd.get(), text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        int err = errno;
-        unlink(tmp.c_str());
-        return ErrnoStatus(err, absl::StrCat("write ", tmp));
-      }
-      done += static_cast<size_t>(n);
-    }
-    if (fsync(fd.get()) != 0) {
-      int err = errno;
-      unlink(tmp.c_str());
-      return ErrnoStatus(err, absl::StrCat("fsync ", tmp));
-    }
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    unlink(tmp.c_str());
-    return ErrnoStatus(err, absl::StrCat("rename ", tmp, " to ", path));
-  }
-  return FsyncPath(dir_, O_RDONLY | O_DIRECTORY);
+  return WriteFileAtomically(path, ToJsonText(r));
 }
 
 absl::Status SandboxRecords::Quarantine(uint64_t cgroup_id) const {

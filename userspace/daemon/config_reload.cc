@@ -21,6 +21,7 @@
 #include "maps/lpm_keys.h"
 #include "maps/sandbox_table.h"
 #include "userspace/audit/lifecycle.h"
+#include "userspace/common/atomic_file.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/unique_fd.h"
 #include "userspace/control/registry.h"
@@ -32,23 +33,6 @@ namespace egressd::daemon {
 namespace {
 
 std::string CidrText(const net::Cidr& c) { return c.ToString(); }
-
-absl::Status WriteAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("create ", tmp));
-  for (size_t done = 0; done < text.size();) {
-    ssize_t n = write(fd.get(), text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(errno, absl::StrCat("write ", tmp));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd.get()) != 0) return ErrnoStatus(errno, absl::StrCat("fsync ", tmp));
-  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus(errno, absl::StrCat("rename to ", path));
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::optional<std::string>> ReadIfThere(const std::string& path) {
   std::ifstream in(path);
@@ -160,7 +144,7 @@ absl::StatusOr<std::optional<Declaration>> DeclarationStore::Load(uint64_t cgrou
 }
 
 absl::Status DeclarationStore::Save(uint64_t cgroup_id, const Declaration& d) const {
-  return WriteAtomically(PathOf(cgroup_id), DeclarationText(d));
+  return WriteFileAtomically(PathOf(cgroup_id), DeclarationText(d));
 }
 
 absl::Status DeclarationStore::Remove(uint64_t cgroup_id) const {
@@ -528,7 +512,7 @@ void Daemon::ReleaseConfigRoots(const std::string& via, nlohmann::json& state, b
       state["released"].push_back(old.path);
     }
   }
-  if (absl::Status s = WriteAtomically(file, ConfigRootsText(now)); !s.ok()) {
+  if (absl::Status s = WriteFileAtomically(file, ConfigRootsText(now)); !s.ok()) {
     node_failed = true;
     spdlog::error("containedRoots: {}", s.ToString());
   }

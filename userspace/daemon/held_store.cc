@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "userspace/common/atomic_file.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/unique_fd.h"
 #include "userspace/daemon/daemon.h"
@@ -28,45 +29,13 @@ namespace {
 
 constexpr char kExt[] = ".json";
 
-absl::Status WriteAtomically(const std::string& dir, const std::string& name, const std::string& text) {
-  const std::string path = absl::StrCat(dir, "/", name);
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("create ", tmp));
-    for (size_t done = 0; done < text.size();) {
-      ssize_t n = write(fd.get(), text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        int err = errno;
-        unlink(tmp.c_str());
-        return ErrnoStatus(err, absl::StrCat("write ", tmp));
-      }
-      done += static_cast<size_t>(n);
-    }
-    if (fsync(fd.get()) != 0) {
-      int err = errno;
-      unlink(tmp.c_str());
-      return ErrnoStatus(err, absl::StrCat("fsync ", tmp));
-    }
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    unlink(tmp.c_str());
-    return ErrnoStatus(err, absl::StrCat("rename ", tmp, " to ", path));
-  }
-  UniqueFd d(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (d.valid()) fsync(d.get());
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 std::string Daemon::HeldDir() const { return options_.paths.runtime_dir + "/held"; }
 
 absl::Status Daemon::PersistHeld(const std::string& id, const std::string& body) {
   EGR_RETURN_IF_ERROR(MakeDirs(HeldDir(), 0700));
-  return WriteAtomically(HeldDir(), id + kExt, body);
+  return WriteFileAtomically(absl::StrCat(HeldDir(), "/", id, kExt), body);
 }
 
 void Daemon::ForgetHeld(const std::string& id) {
