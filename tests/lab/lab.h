@@ -151,6 +151,10 @@ absl::StatusOr<Background> Start(const RunSpec& spec);
 // <p>/tools/<name>/<name>, <p>/tools/egressctl/<name>. Returns `name` unchanged
 // (left to PATH) if nothing is found.
 std::string BinaryPath(std::string_view name);
+// A system tool as the test's own PATH finds it (absolute), for command lines
+// run under another PATH (egressctl run's command; the 6.1 guest's BusyBox
+// comes first there, whose setpriv has no --bounding-set).
+std::string ResolveInPath(const std::string& name);
 
 // ---- probe output -------------------------------------------------------------------
 // One JSON object per line as printed by egressd-probe, parsed with

@@ -34,17 +34,6 @@ bool IsExecutable(const std::string& p) {
   return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
 }
 
-std::string ResolveInPath(const std::string& name) {
-  if (name.find('/') != std::string::npos) return name;
-  const char* path = getenv("PATH");
-  for (absl::string_view dir :
-       absl::StrSplit(path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                      ':')) {
-    std::string cand = absl::StrCat(dir.empty() ? "." : dir, "/", name);
-    if (IsExecutable(cand)) return cand;
-  }
-  return name;
-}
 
 // Everything the child needs, allocated before fork().
 struct Prepared {
@@ -208,6 +197,18 @@ class SigpipeBlock {
 };
 
 }  // namespace
+
+std::string ResolveInPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = getenv("PATH");
+  for (absl::string_view dir :
+       absl::StrSplit(path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                      ':')) {
+    std::string cand = absl::StrCat(dir.empty() ? "." : dir, "/", name);
+    if (IsExecutable(cand)) return cand;
+  }
+  return name;
+}
 
 std::string RunResult::Describe() const {
   auto cut = [](const std::string& s) { return s.size() > 3000 ? s.substr(0, 3000) + "..." : s; };

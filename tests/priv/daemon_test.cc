@@ -584,7 +584,7 @@ TEST_F(Daemon, RunRegistersWithTheDaemonSurvivesItsKill9AndIsGoneOnceItExits) {
   ASSERT_EQ(mkdir(dir.c_str(), 0700), 0) << dir;
   const std::string fifo = dir + "/go";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  const std::string probe = absl::StrCat("setpriv --bounding-set -all,+net_raw --inh-caps -all -- ",
+  const std::string probe = absl::StrCat(lab::ResolveInPath("setpriv"), " --bounding-set -all,+net_raw --inh-caps -all -- ",
                                          lab::BinaryPath("egressd-probe"), " batch 'tcp ", lab::kPublicB4, " 80'");
   const std::string dig = absl::StrCat("dig +time=2 +tries=1 +short @8.8.8.8 ", kName, " | head -n1");
   const std::string script = absl::StrCat("echo \"answer1 $(", dig, ")\"; ", probe, "; echo phase1; read x < ", fifo,
