@@ -173,6 +173,12 @@ struct egr_resolved_val {
  * Written by the programs only (created at the first connect or send that
  * a learned address allowed); read and deleted by the collector, which
  * keeps the learned entry of an address in use past its expiry. */
+/* A busy sender's last_used_ns is written at most once per this interval,
+ * so it may be this much older than the last send: every reader (the
+ * programs' keep check, the collector, status) adds it to the keep, so an
+ * address is kept at least keep_s after the last send, never less. */
+#define EGR_USE_REFRESH_NS 1000000000ull
+
 struct egr_resuse_val {
 	__u64 last_used_ns; /* last connect/send it allowed, refreshed <= 1/s */
 	__u32 socks;        /* connected sockets holding it (connect +1, release -1) */

@@ -10,7 +10,7 @@
 #include "lib/maps.h"
 #include "lib/addr.h"
 
-#define EGR_USE_REFRESH_NS 1000000000ull /* a busy sender writes at most 1/s */
+/* EGR_USE_REFRESH_NS (maps/egressd_abi.h): a busy sender writes at most 1/s. */
 
 static __always_inline struct egr_resuse_val *egr_use_record(__u64 sandbox_id, const __u8 addr[16])
 {

@@ -117,7 +117,9 @@ static __always_inline int egr_resolved_allowed(__u64 sandbox_id, const struct e
 	if (use != EGR_RES_SEND)
 		return 0;
 	u = bpf_map_lookup_elem(&egr_resuse_v1, &k);
-	return u && u->last_used_ns && now - u->last_used_ns < (__u64)v->keep_s * 1000000000ull;
+	/* The stamp may lag the last send by up to a refresh interval. */
+	return u && u->last_used_ns &&
+	       now - u->last_used_ns < (__u64)v->keep_s * 1000000000ull + EGR_USE_REFRESH_NS;
 }
 
 /* The policy's decision for one destination of sandbox sb.  port is in host

@@ -172,13 +172,15 @@ class DnsLifetime : public ::testing::Test {
 TEST_F(DnsLifetime, AnUnconnectedUdpSenderKeepsItsAddressWhileItSendsAndLosesItAfter) {
   Upstream(0);  // TTL 0: the minimum applies
   // expiry = answer + max(0, min) + grace, keep_s = grace; min = 1 s and
-  // grace = 2 s (times half EGR_TIME_SCALE, rounded up: the first send must
-  // come before the expiry however slowly processes start). A keep of 2 s
-  // spans the kernel's at-most-once-a-second refresh of a busy sender.
+  // grace = 1 s (times half EGR_TIME_SCALE, rounded up: the first send must
+  // come before the expiry however slowly processes start). A keep of 1 s
+  // equals the kernel's at-most-once-a-second refresh of a busy sender: the
+  // case that cut the sender before every reader added the refresh interval
+  // to the keep (maps/egressd_abi.h, EGR_USE_REFRESH_NS).
   const int unit = std::max(1, static_cast<int>(std::ceil(TimeScale() / 2)));
-  const long long min_ms = 1000LL * unit, grace_ms = 2000LL * unit;
+  const long long min_ms = 1000LL * unit, grace_ms = 1000LL * unit;
   const std::string cfg =
-      Config(absl::StrCat("  minTtlSeconds: ", unit, "\n  graceSeconds: ", 2 * unit, "\n"));
+      Config(absl::StrCat("  minTtlSeconds: ", unit, "\n  graceSeconds: ", unit, "\n"));
   DnsSandbox s = sandboxes_.Add({"--config", cfg, "--egress", kName}, /*pod_endpoint=*/false);
   ASSERT_NE(s.port, 0);
   Serve(cfg);
@@ -188,7 +190,7 @@ TEST_F(DnsLifetime, AnUnconnectedUdpSenderKeepsItsAddressWhileItSendsAndLosesItA
   auto learned = Entry(s, lab::kPublicA4);
   ASSERT_TRUE(learned.has_value()) << "the answer's address in " << EGR_MAP_RESOLVED;
   EXPECT_LE(ExpiresInS(*learned), (min_ms + grace_ms) / 1000.0) << "TTL 0: minTtlSeconds + graceSeconds";
-  EXPECT_EQ(learned->keep_s, uint32_t(2 * unit));
+  EXPECT_EQ(learned->keep_s, uint32_t(unit));
 
   // Sends 100 ms apart (times unit) until a second past expiry plus the
   // keep: the last ones come more than the keep after the expiry, so only
