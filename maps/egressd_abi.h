@@ -166,7 +166,11 @@ struct egr_resolved_val {
 	 * while its sends are at most this far apart (the lifetime's grace;
 	 * egr_resuse_v1's last_used_ns); 0: expiry is final for sends too. */
 	__u32 keep_s;
-	__u32 pad0;
+	/* NameId() of the question name whose answer last wrote it (0: not
+	 * known).  Was pad0 (layout kept, userspace only, no program reads it):
+	 * a restarted proxy books a wildcard's address under that name, so the
+	 * per-(sandbox, name) cap holds across restarts (learned_book.h). */
+	__u32 qname_id;
 };
 
 /* ---- egr_resuse_v1: (sandbox, address) -> how flows use it ----

@@ -46,6 +46,11 @@ bool WithName(egr_resolved_val& v, uint32_t name_id) {
 
 absl::Status ResolvedTable::Learn(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns,
                                   uint32_t name_id) {
+  return LearnAnswer(sandbox, addr, expires_boot_ns, name_id, 0);
+}
+
+absl::Status ResolvedTable::LearnAnswer(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns,
+                                        uint32_t name_id, uint32_t qname_id) {
   egr_resolved_key k = ResolvedKeyOf(sandbox, addr);
   egr_resolved_val v{};
   bool changed = true;
@@ -59,6 +64,10 @@ absl::Status ResolvedTable::Learn(uint64_t sandbox, const net::IpAddr& addr, uin
     v = {};
     v.expires_boot_ns = expires_boot_ns;
     v.name_ids[0] = name_id;
+  }
+  if (qname_id != 0 && v.qname_id != qname_id) {
+    v.qname_id = qname_id;
+    changed = true;
   }
   const uint32_t keep_s = static_cast<uint32_t>(window_ns_ / 1'000'000'000ull);
   if (v.keep_s != keep_s) {

@@ -40,6 +40,9 @@ class ResolvedTable : public dns::LearnedAddressSink {
   // the error names the map and errno (E2BIG: full).
   absl::Status Learn(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns,
                      uint32_t name_id) override;
+  // Learn, with the entry's qname_id set to `qname_id`.
+  absl::Status LearnAnswer(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns, uint32_t name_id,
+                           uint32_t qname_id) override;
   // Deletes the entry (and its use record); NotFound when there was none.
   absl::Status Forget(uint64_t sandbox, const net::IpAddr& addr) override;
   // A connected socket holds it, or a send used it within the window.

@@ -347,6 +347,9 @@ TEST_F(DnsProxyPriv, FullMapRemovesWhatItCouldNotHold) {
       held.push_back(a);
       EXPECT_GT((*v)->expires_boot_ns, BootTimeNs());
       EXPECT_EQ((*v)->name_ids[0], NameId("three.example"));
+      // The question name too (a restarted proxy books a wildcard's
+      // address under it: learned_book.h SeedName).
+      EXPECT_EQ((*v)->qname_id, NameId("three.example"));
     }
   }
   EXPECT_THAT(answered, UnorderedElementsAreArray(held));  // no answer carries an address the map lacks

@@ -59,7 +59,7 @@ const std::vector<AbiStruct>& CxxLayouts() {
                  EGR_FIELD(egr_resolved_key, addr)),
       EGR_STRUCT(egr_resolved_val, EGR_FIELD(egr_resolved_val, expires_boot_ns),
                  EGR_FIELD(egr_resolved_val, name_ids), EGR_FIELD(egr_resolved_val, keep_s),
-                 EGR_FIELD(egr_resolved_val, pad0)),
+                 EGR_FIELD(egr_resolved_val, qname_id)),
       EGR_STRUCT(egr_resuse_val, EGR_FIELD(egr_resuse_val, last_used_ns),
                  EGR_FIELD(egr_resuse_val, socks), EGR_FIELD(egr_resuse_val, pad0)),
       EGR_STRUCT(egr_sock_val, EGR_FIELD(egr_sock_val, addr), EGR_FIELD(egr_sock_val, port),

@@ -63,7 +63,7 @@ EGR_PIN_SIZE(egr_resolved_val, 32);
 EGR_PIN_OFFSET(egr_resolved_val, expires_boot_ns, 0);
 EGR_PIN_OFFSET(egr_resolved_val, name_ids, 8);
 EGR_PIN_OFFSET(egr_resolved_val, keep_s, 24);
-EGR_PIN_OFFSET(egr_resolved_val, pad0, 28);
+EGR_PIN_OFFSET(egr_resolved_val, qname_id, 28);
 
 EGR_PIN_SIZE(egr_resuse_val, 16);
 EGR_PIN_OFFSET(egr_resuse_val, last_used_ns, 0);

@@ -95,6 +95,57 @@ TEST(SeedBook, AScopeUpdateKeepsAWildcardsSeededAddressesWhileTheRuleStays) {
   EXPECT_EQ(book.HeldBy("*.cdn.example"), 1u);
 }
 
+// A wildcard's addresses after a restart: the map says which question name
+// last wrote each (qname_id), so they are booked under that name, found by
+// its next answer, and its cap holds as before the restart; the quota too.
+TEST(SeedBook, AWildcardNamesCapHoldsAcrossARestart) {
+  const NameScope scope = Scope();
+  std::vector<LearnedSeed> seeds;
+  // a.cdn.example held its cap of 3 through *.cdn.example; b.cdn.example one.
+  for (int i = 1; i <= 3; ++i) {
+    seeds.push_back({Ip(absl::StrCat("198.51.100.", i)), kNow + i * kSecond, {NameId("*.cdn.example")},
+                     NameId("a.cdn.example")});
+  }
+  seeds.push_back({Ip("198.51.100.9"), kNow + kSecond, {NameId("*.cdn.example")}, NameId("b.cdn.example")});
+  LearnedBook book(Bounds{6, 3});
+  ASSERT_EQ(SeedBook(book, scope, seeds, kNow), 4u);
+  NoFlows sink;
+  // Two new addresses for a.cdn.example: each evicts one of its own oldest
+  // (198.51.100.1, then .2); the name never holds more than its cap.
+  LearnedBook::Admission adm = book.Admit(7, "a.cdn.example", Ips("203.0.113.", 1, 2), kNow, sink);
+  EXPECT_EQ(adm.admitted.size(), 2u);
+  ASSERT_EQ(adm.evicted.size(), 2u);
+  EXPECT_EQ(adm.evicted[0].ToString(), "198.51.100.1");
+  EXPECT_EQ(adm.evicted[1].ToString(), "198.51.100.2");
+  for (const auto& a : adm.admitted) book.Commit("a.cdn.example", a, kNow + 100 * kSecond);
+  EXPECT_EQ(book.HeldBy("a.cdn.example"), 3u);
+  EXPECT_EQ(book.addresses(), 4u);
+  // b.cdn.example's seeded address is its own, not a.cdn.example's.
+  EXPECT_EQ(book.HeldBy("b.cdn.example"), 0u) << "booked until its name answers";
+  adm = book.Admit(7, "b.cdn.example", Ips("203.0.113.", 10, 3), kNow, sink);
+  EXPECT_EQ(adm.admitted.size(), 3u);
+  ASSERT_EQ(adm.evicted.size(), 1u) << "b held one: the third new address evicts it";
+  EXPECT_EQ(adm.evicted[0].ToString(), "198.51.100.9");
+  for (const auto& a : adm.admitted) book.Commit("b.cdn.example", a, kNow + 100 * kSecond);
+  // The quota (6) counts everything: one more name gets nothing.
+  EXPECT_EQ(book.addresses(), 6u);
+  adm = book.Admit(7, "c.cdn.example", Ips("203.0.113.", 20, 1), kNow, sink);
+  ASSERT_EQ(adm.refused.size(), 1u);
+  EXPECT_STREQ(adm.refused[0].why, kRefusedSandboxQuota);
+}
+
+// A scope update while a seeded wildcard name has not answered yet: kept
+// while its rule stays, dropped with it.
+TEST(SeedBook, ASeededWildcardNameFollowsItsRule) {
+  LearnedBook book(Bounds{10, 10});
+  SeedBook(book, Scope(), {{Ip("198.51.100.1"), kNow + kSecond, {NameId("*.cdn.example")}, NameId("a.cdn.example")}},
+           kNow);
+  book.RetainNames([](const std::string& n) { return n == "*.cdn.example"; });
+  EXPECT_EQ(book.addresses(), 1u) << "its rule stays";
+  book.RetainNames([](const std::string&) { return false; });
+  EXPECT_EQ(book.addresses(), 0u) << "its rule went";
+}
+
 TEST(SelfTest, TheProxyAnswersTheQueryNxdomainItselfAndTheCheckAcceptsOnlyThat) {
   const Bytes q = SelfTestQuery(0x1234);
   // The proxy's own flow with the self-test's scope (no name): answered

@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<DnsHost>> DnsHost::Create(asio::io_context& io, c
     EGR_ASSIGN_OR_RETURN(auto entries, h->table_->List(SIZE_MAX, &total));
     std::map<uint64_t, std::vector<dns::LearnedSeed>> by_sandbox;
     for (const maps::LearnedEntry& e : entries) {
-      dns::LearnedSeed seed{e.addr, e.learned.expires_boot_ns, {}};
+      dns::LearnedSeed seed{e.addr, e.learned.expires_boot_ns, {}, e.learned.qname_id};
       for (uint32_t id : e.learned.name_ids) {
         if (id != 0) seed.rule_ids.push_back(id);
       }

@@ -1,7 +1,9 @@
 #include "userspace/dns/learned_book.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 #include <spdlog/spdlog.h>
@@ -56,10 +58,41 @@ void LearnedBook::Expire(uint64_t now_boot_ns) {
   }
 }
 
+void LearnedBook::SeedName(uint32_t qname_id, const std::string& rule, const net::IpAddr& addr,
+                           uint64_t expires_boot_ns) {
+  std::string key = absl::StrCat(rule, "#", qname_id);
+  seeded_.emplace(qname_id, key);
+  seeded_keys_.emplace(key, std::make_pair(rule, qname_id));
+  Commit(key, addr, expires_boot_ns);
+}
+
+void LearnedBook::Adopt(const std::string& name) {
+  auto s = seeded_.find(NameId(name));
+  if (s == seeded_.end()) return;
+  const std::string key = std::move(s->second);
+  seeded_.erase(s);
+  seeded_keys_.erase(key);
+  auto from = names_.find(key);
+  if (from == names_.end()) return;  // its addresses expired or were evicted meanwhile
+  Name& to = names_[name];
+  // Older than anything the name was answered since: in front, in order.
+  for (auto it = from->second.lru.rbegin(); it != from->second.lru.rend(); ++it) {
+    auto a = addrs_.find(*it);
+    if (a != addrs_.end()) {
+      a->second.holders.erase(key);
+      a->second.holders.insert(name);
+    }
+    if (to.pos.count(*it)) continue;
+    to.pos.emplace(*it, to.lru.insert(to.lru.begin(), *it));
+  }
+  names_.erase(from);
+}
+
 LearnedBook::Admission LearnedBook::Admit(uint64_t sandbox, const std::string& name,
                                           const std::vector<net::IpAddr>& addrs, uint64_t now_boot_ns,
                                           LearnedAddressSink& sink) {
   Expire(now_boot_ns);
+  if (!seeded_.empty()) Adopt(name);
   Admission out;
   const std::set<net::IpAddr> in_answer(addrs.begin(), addrs.end());
   // Addresses of the name found in use (or whose use could not be read: an
@@ -150,9 +183,14 @@ void LearnedBook::Commit(const std::string& name, const net::IpAddr& addr, uint6
 
 void LearnedBook::RetainNames(const std::function<bool(const std::string&)>& keep) {
   for (auto n = names_.begin(); n != names_.end();) {
-    if (keep(n->first)) {
+    auto seeded = seeded_keys_.find(n->first);
+    if (keep(seeded == seeded_keys_.end() ? n->first : seeded->second.first)) {
       ++n;
       continue;
+    }
+    if (seeded != seeded_keys_.end()) {
+      seeded_.erase(seeded->second.second);
+      seeded_keys_.erase(seeded);
     }
     for (const net::IpAddr& addr : n->second.lru) {
       auto a = addrs_.find(addr);
@@ -182,12 +220,22 @@ size_t SeedBook(LearnedBook& book, const NameScope& scope, const std::vector<Lea
     const LearnedSeed& s = *seed;
     if (s.expires_boot_ns <= now_boot_ns) continue;
     bool any = false;
+    // The most recent rule a wildcard: the question name it answered.
+    std::optional<std::string> wildcard_rule;
+    if (s.qname_id != 0 && !s.rule_ids.empty()) {
+      auto r = rules.find(s.rule_ids.front());
+      if (r != rules.end() && absl::StartsWith(r->second, "*.")) wildcard_rule = r->second;
+    }
     // Oldest first, so the most recent rule's name is the address's most
     // recently answered holder, as Commit would have left it.
     for (auto id = s.rule_ids.rbegin(); id != s.rule_ids.rend(); ++id) {
       if (*id == 0) continue;
       auto r = rules.find(*id);
-      book.Commit(r != rules.end() ? r->second : absl::StrCat("rule#", *id), s.addr, s.expires_boot_ns);
+      if (wildcard_rule && id + 1 == s.rule_ids.rend()) {
+        book.SeedName(s.qname_id, *wildcard_rule, s.addr, s.expires_boot_ns);
+      } else {
+        book.Commit(r != rules.end() ? r->second : absl::StrCat("rule#", *id), s.addr, s.expires_boot_ns);
+      }
       any = true;
     }
     if (!any) book.Commit("rule#0", s.addr, s.expires_boot_ns);

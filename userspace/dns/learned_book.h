@@ -73,8 +73,15 @@ class LearnedBook {
   // name's most recently answered address.
   void Commit(const std::string& name, const net::IpAddr& addr, uint64_t expires_boot_ns);
 
+  // Books `addr`, seeded from the map, under the question name whose NameId
+  // is `qname_id` (the map keeps the name's id, not its text) and that `rule`
+  // allowed: held under a key of its own ("<rule>#<id>") until that name's
+  // next Admit adopts it, so the name's cap counts what it held before a
+  // restart.
+  void SeedName(uint32_t qname_id, const std::string& rule, const net::IpAddr& addr, uint64_t expires_boot_ns);
+
   // Drops the names `keep` says no (a scope update: names the new policy no
-  // longer allows).  Their addresses leave the book when no other name holds
+  // longer allows).  A seeded name not yet adopted is judged by its rule.  Their addresses leave the book when no other name holds
   // them; the kernel's entries are the kernel side's to keep or drop.
   void RetainNames(const std::function<bool(const std::string&)>& keep);
 
@@ -99,8 +106,13 @@ class LearnedBook {
   // last holder (returns true then).
   bool Release(const std::string& name, const net::IpAddr& addr);
   void DropAddr(const net::IpAddr& addr);
+  // A seeded name's addresses become `name`'s (its first Admit since).
+  void Adopt(const std::string& name);
 
   Bounds bounds_;
+  // Seeded names not yet adopted: NameId -> key, and key -> (rule, NameId).
+  std::map<uint32_t, std::string> seeded_;
+  std::map<std::string, std::pair<std::string, uint32_t>> seeded_keys_;
   std::map<std::string, Name> names_;
   std::map<net::IpAddr, Addr> addrs_;
   std::set<std::pair<uint64_t, net::IpAddr>> by_expiry_;
@@ -112,14 +124,19 @@ struct LearnedSeed {
   net::IpAddr addr;
   uint64_t expires_boot_ns = 0;
   std::vector<uint32_t> rule_ids;  // NameId() of the rules that allowed it, most recent first
+  // NameId() of the question name whose answer last wrote it (the entry's
+  // qname_id; 0: not known, an entry written before it was kept).
+  uint32_t qname_id = 0;
 };
 
 // Fills a fresh book from the map's entries for one sandbox.  The map keeps
 // rule ids, not question names, so an address is booked under:
 //   * an exact name rule of `scope`: that name, which is the key its later
 //     answers use (the per-name cap holds across the restart);
-//   * a wildcard rule: its text ("*.example.com"), which counts towards the
-//     sandbox's quota; the caps of the question names under it start empty;
+//   * a wildcard rule: the question name that last wrote it (the entry's
+//     qname_id, SeedName), so that name's cap holds across the restart too;
+//     an entry without one (written before qname_id was kept) under the
+//     rule's text ("*.example.com"), for the quota only;
 //   * a rule id no rule of `scope` has (a policy change while the proxy was
 //     down): "rule#<id>", for the quota only (the next scope update drops it).
 // Entries already expired at `now_boot_ns` are not booked (the book never

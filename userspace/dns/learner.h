@@ -22,6 +22,14 @@ class LearnedAddressSink {
   // holds it, or the reason it does not (map full, ENOMEM).
   virtual absl::Status Learn(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns,
                              uint32_t name_id) = 0;
+  // The same, noting also the question name whose answer carried it
+  // (NameId() of the name; `rule_id` is the rule's): a proxy restarted books
+  // the address under that name (learned_book.h SeedBook).  By default the
+  // name is not kept.
+  virtual absl::Status LearnAnswer(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns,
+                                   uint32_t rule_id, uint32_t /*qname_id*/) {
+    return Learn(sandbox, addr, expires_boot_ns, rule_id);
+  }
   // Evicted by the proxy: the kernel no longer allows new flows to it.
   // NotFound is OK (it was never learned, or already collected).
   virtual absl::Status Forget(uint64_t sandbox, const net::IpAddr& addr) = 0;

@@ -80,6 +80,12 @@ class TimedSink : public LearnedAddressSink {
     if (s.ok()) last_learned = std::chrono::steady_clock::now();
     return s;
   }
+  absl::Status LearnAnswer(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns, uint32_t name_id,
+                           uint32_t qname_id) override {
+    absl::Status s = inner_.LearnAnswer(sandbox, addr, expires_boot_ns, name_id, qname_id);
+    if (s.ok()) last_learned = std::chrono::steady_clock::now();
+    return s;
+  }
   absl::Status Forget(uint64_t sandbox, const net::IpAddr& addr) override { return inner_.Forget(sandbox, addr); }
   absl::StatusOr<bool> InUse(uint64_t sandbox, const net::IpAddr& addr) const override {
     return inner_.InUse(sandbox, addr);

@@ -188,10 +188,11 @@ Bytes Finish(const SandboxScope& sandbox, const Decision& fwd, const absl::Statu
                    sandbox.sandbox_id, q.qname, adm.refused.size(), addrs.size(), bound_text);
     }
   }
+  const uint32_t qname_id = NameId(q.qname);
   for (const Candidate& c : a->learn) {
     if (failed.count(c.addr)) continue;
     const uint64_t expires = lifetime.ExpiryNs(now_boot_ns, c.ttl);
-    absl::Status s = sink.Learn(sandbox.sandbox_id, c.addr, expires, fwd.match.name_id);
+    absl::Status s = sink.LearnAnswer(sandbox.sandbox_id, c.addr, expires, fwd.match.name_id, qname_id);
     if (s.ok()) {
       ++counters.learned;
       if (book) book->Commit(q.qname, c.addr, expires);
