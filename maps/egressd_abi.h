@@ -228,7 +228,7 @@ enum egr_config_flags {
 struct egr_config_val {
 	__u64 node_netns_cookie; /* netns whose loopback the policy governs */
 	__u32 flags;             /* enum egr_config_flags */
-	__u32 pad0;
+	__u32 pad0;              /* the schema entry: kPinSchema (loader/pin_check.h) of the last committed load (0: pinned before issue 15); the loader refuses a greater one (a downgrade) and checks every pin's shape before reuse (a field of this map, not a map of its own, because egr_config_v1 exists in every layout since the first; the layout is kept) */
 };
 
 /* ---- egr_dns_v1: sandbox id -> the DNS proxy endpoint its queries go to ----
