@@ -21,6 +21,7 @@
 #include "egressd.skel.h"
 #include "userspace/common/errors.h"
 #include "loader/bpffs.h"
+#include "loader/migrate.h"
 #include "loader/probe.h"
 #include "userspace/common/fault.h"
 #include "loader/self_test.h"
@@ -78,12 +79,14 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
-absl::Status WriteConfig(const Paths& paths, bool socket_containment) {
-  EGR_ASSIGN_OR_RETURN(auto maps, maps::PinnedMaps::Open(paths.pin_root));
+// `config_fd`: the loaded object's egr_config_v1 (the pinned one, reused).
+// Not opened by pin name: a map being migrated is not pinned under its name
+// yet.
+absl::Status WriteConfig(const Paths& paths, int config_fd, bool socket_containment) {
   uint32_t zero = 0;
   egr_config_val cfg{};
   EGR_ASSIGN_OR_RETURN(uint64_t cookie, NetnsCookieOf(paths.node_netns));
-  if (bpf_map_lookup_elem(maps.config(), &zero, &cfg) != 0) {
+  if (bpf_map_lookup_elem(config_fd, &zero, &cfg) != 0) {
     return ErrnoStatus(errno, absl::StrCat("read ", EGR_MAP_CONFIG));
   }
   // The node netns is pinned by the first load.  A reload that names another
@@ -102,8 +105,21 @@ absl::Status WriteConfig(const Paths& paths, bool socket_containment) {
   } else {
     cfg.flags |= EGR_CONFIG_NO_SOCKET_CONTAINMENT;
   }
-  if (bpf_map_update_elem(maps.config(), &zero, &cfg, BPF_ANY) != 0) {
+  if (bpf_map_update_elem(config_fd, &zero, &cfg, BPF_ANY) != 0) {
     return ErrnoStatus(errno, absl::StrCat("update ", EGR_MAP_CONFIG));
+  }
+  return absl::OkStatus();
+}
+
+// Written last, once the load committed: a load that rolls back leaves the
+// schema the previous programs pinned.
+absl::Status WriteSchema(int config_fd) {
+  uint32_t zero = 0;
+  egr_config_val cfg{};
+  if (bpf_map_lookup_elem(config_fd, &zero, &cfg) != 0) return ErrnoStatus(errno, absl::StrCat("read ", EGR_MAP_CONFIG));
+  cfg.pad0 = kPinSchema;
+  if (bpf_map_update_elem(config_fd, &zero, &cfg, BPF_ANY) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("write the schema into ", EGR_MAP_CONFIG));
   }
   return absl::OkStatus();
 }
@@ -277,7 +293,17 @@ bool ProgramsCurrent(const Paths& paths) {
   std::ifstream in(ProgramsIdPath(paths));
   std::string id;
   std::getline(in, id);
-  return id == EmbeddedProgramsId();
+  if (id != EmbeddedProgramsId()) return false;
+  // Never adopted by path alone: what is pinned must be what the programs
+  // declare.  Otherwise the caller loads, which refuses naming the mismatch.
+  DECLARE_LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = paths.pin_root.c_str());
+  Skeleton skel(egressd_bpf__open_opts(&opts));
+  if (!skel) return false;
+  if (absl::Status s = CheckAdoptable(paths, skel->obj); !s.ok()) {
+    spdlog::warn("pinned state not adopted as it is: {}", std::string(s.message()));
+    return false;
+  }
+  return true;
 }
 
 bool IsLoaded(const Paths& paths) {
@@ -334,14 +360,26 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLoc
       if (slot.lsm) bpf_program__set_autoload(skel->progs.*slot.prog, false);
     }
   }
+  // Before the load reuses any pin: shapes, schema, downgrade, and the maps
+  // to migrate pointed at their staging pins.
+  EGR_ASSIGN_OR_RETURN(MigrationPlan plan, MigrationPlan::Prepare(paths, skel->obj));
   const auto load_start = std::chrono::steady_clock::now();
   if (int r = egressd_bpf__load(skel.get()); r != 0) {
+    plan.Abandon();
     return LibbpfStatus(r, absl::StrCat("load BPF programs (maps pinned under ", paths.pin_root,
                                         "; a map whose layout changed needs a new _vN name)"));
   }
   LogVerifierCost(skel->obj,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
-  EGR_RETURN_IF_ERROR(WriteConfig(paths, socket_containment));
+  const int config_fd = bpf_map__fd(skel->maps.egr_config_v1);
+  if (absl::Status s = plan.Fill(skel->obj); !s.ok()) {
+    plan.Abandon();
+    return s;
+  }
+  if (absl::Status s = WriteConfig(paths, config_fd, socket_containment); !s.ok()) {
+    plan.Abandon();
+    return s;
+  }
 
   UniqueFd cg(open(cg_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!cg.valid()) return ErrnoStatus(errno, absl::StrCat("open cgroup2 root ", cg_root));
@@ -354,7 +392,17 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLoc
     if (slot.lsm && !socket_containment) continue;
     absl::Status s = slot.lsm ? AttachLsm(paths, slot.name, prog, report, changes)
                               : AttachOrUpdate(paths, slot.name, prog, cg.get(), report, changes);
-    if (!s.ok()) return FailedAfter(s, changes);
+    if (!s.ok()) {
+      absl::Status f = FailedAfter(s, changes);
+      plan.Abandon();
+      return f;
+    }
+  }
+  // Every hook runs the new programs: their maps take their names.
+  if (absl::Status s = plan.Commit(); !s.ok()) {
+    absl::Status f = FailedAfter(s, changes);
+    plan.Abandon();
+    return f;
   }
   if (!socket_containment) {
     spdlog::warn("socket-family containment is MISSING: the bpf LSM is {}; packet, AF_XDP and AF_VSOCK "
@@ -365,7 +413,13 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLoc
                cg_root, report.links_attached, report.links_updated, paths.pin_root);
   // Programs that do not enforce must not stay in force: a failed self-test
   // puts every hook back as it was before this load.
-  if (absl::Status s = RunSelfTest(paths); !s.ok()) return FailedAfter(s, changes);
+  if (absl::Status s = RunSelfTest(paths); !s.ok()) {
+    absl::Status f = FailedAfter(s, changes);
+    plan.Abandon();
+    return f;
+  }
+  EGR_ASSIGN_OR_RETURN(report.migrations, plan.Finish());
+  EGR_RETURN_IF_ERROR(WriteSchema(config_fd));
   WriteProgramsId(paths);
   return report;
 }
@@ -392,6 +446,15 @@ absl::Status UnloadEnforcement(const Paths& paths, const InstanceLock&, bool for
     if (unlink(pin.c_str()) != 0 && errno != ENOENT) return ErrnoStatus(errno, absl::StrCat("unpin ", pin));
   }
   rmdir(LinkDir(paths).c_str());
+  // An interrupted migration's staging pins go with the rest.
+  const std::string staging = StagingDir(paths);
+  if (DIR* d = opendir(staging.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') unlink((staging + "/" + e->d_name).c_str());
+    }
+    closedir(d);
+    rmdir(staging.c_str());
+  }
   unlink(ProgramsIdPath(paths).c_str());
   // The maps go with the links: their pins are the only references left.
   if (DIR* d = opendir(paths.pin_root.c_str())) {

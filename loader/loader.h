@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "userspace/common/node.h"
 #include "userspace/common/instance_lock.h"
+#include "loader/migrate.h"
 
 namespace egressd {
 
@@ -19,11 +20,17 @@ struct LoadReport {
   // The LSM hooks (socket families, abstract unix peers) are in force.
   bool socket_containment = false;
   std::string bpf_lsm;  // what the probe found
+  // Layout migrations this load made (loader/migration.h), none when the
+  // pinned layouts were already this build's.
+  std::vector<MigrationReport> migrations;
 };
 
 // Idempotent: a second load reuses the pinned maps (their entries survive) and
 // swaps each pinned link's program atomically, so there is no window without
-// enforcement.  Probes the kernel first and self-tests after.  Caller holds
+// enforcement.  Pinned maps are checked against the object's declarations
+// first (a mismatch or a newer pinned state: IsPinnedStateError, nothing
+// changed); maps an older egressd pinned under an older _vN name are
+// migrated (loader/migration.h).  Probes the kernel first and self-tests after.  Caller holds
 // the pin lock.
 absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLock& lock);
 
