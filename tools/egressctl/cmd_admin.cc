@@ -40,6 +40,10 @@ int CmdLoad(const Paths& paths) {
   if (!r.ok()) return Report(r.status());
   std::printf("egressd loaded: %d link(s) attached, %d updated in place; pins under %s\n",
               r->links_attached, r->links_updated, paths.pin_root.c_str());
+  for (const auto& m : r->migrations) {
+    std::printf("migrated %s -> %s: %zu entries carried, %zu leveled after the swap, %.3f s; %s unpinned\n",
+                m.from.c_str(), m.to.c_str(), m.carried, m.leveled, m.seconds, m.from.c_str());
+  }
   // Still under the lock: what a crashed writer left is repaired before
   // anyone else changes the maps.
   auto rec = control::Reconcile(paths, *lock);

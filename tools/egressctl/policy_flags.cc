@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "loader/pin_check.h"
 #include "userspace/policy/policy_inputs.h"
 
 namespace egressd::cli {
@@ -63,6 +64,10 @@ int Report(const absl::Status& s) {
     std::fprintf(stderr, "egressctl: invalid input, nothing was changed:\n  %s\n",
                  absl::StrJoin(absl::StrSplit(msg, '\n'), "\n  ").c_str());
     return kExitBadInput;
+  }
+  if (IsPinnedStateError(s)) {
+    std::fprintf(stderr, "egressctl: %s\n", msg.c_str());
+    return kExitPinnedState;
   }
   std::fprintf(stderr, "egressctl: %s\n", msg.c_str());
   return kExitFailure;

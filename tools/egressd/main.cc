@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "loader/libbpf_log.h"
+#include "loader/pin_check.h"
 #include "userspace/daemon/client.h"
 #include "userspace/daemon/daemon.h"
 
@@ -190,7 +191,8 @@ int main(int argc, char** argv) {
   auto d = daemon::Daemon::Create(io, o);
   if (!d.ok()) {
     std::fprintf(stderr, "egressd: %s\n", d.status().ToString().c_str());
-    return absl::IsInvalidArgument(d.status()) ? 2 : 1;
+    // 4: the pinned state cannot be adopted (loader/pin_check.h), as egressctl's.
+    return absl::IsInvalidArgument(d.status()) ? 2 : egressd::IsPinnedStateError(d.status()) ? 4 : 1;
   }
   // For whoever waits on it (tests, scripts): the API is up.
   std::printf("ready: %s\n", (*d)->socket_path().c_str());
