@@ -23,6 +23,10 @@
 #                          names PUT through the daemon's API beside the
 #                          incumbent's per-pod nft -f: <date>-daemon-apply.json
 #                          and .md
+#   bench/run.sh [--quick] --only migrate
+#                          issue 15's figure (bench/migrate_bench.cc): a load
+#                          migrating 100k (--quick 10k) learned addresses from
+#                          egr_resolved_v1: <date>-migrate.json and .md
 # Run as root (the lab builds namespaces; egressd loads BPF).  Never a
 # pass/fail on a time: exit 0 when every measurement ran.
 set -euo pipefail
@@ -35,8 +39,8 @@ while (($#)); do
   case $1 in
     --quick) quick=(--quick) ;;
     --only)
-      if [[ ${2:-} != dns && ${2:-} != dnsspeed && ${2:-} != audit-nflog && ${2:-} != daemon-apply ]]; then
-        echo "bench/run.sh: --only takes \"dns\", \"dnsspeed\", \"audit-nflog\" or \"daemon-apply\" (got \"${2:-}\")" >&2
+      if [[ ${2:-} != dns && ${2:-} != dnsspeed && ${2:-} != audit-nflog && ${2:-} != daemon-apply && ${2:-} != migrate ]]; then
+        echo "bench/run.sh: --only takes \"dns\", \"dnsspeed\", \"audit-nflog\", \"daemon-apply\" or \"migrate\" (got \"${2:-}\")" >&2
         exit 2
       fi
       only=(--only "$2")
@@ -51,7 +55,7 @@ while (($#)); do
       shift
       ;;
     *)
-      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed|audit-nflog|daemon-apply] [--sandboxes N])" >&2
+      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed|audit-nflog|daemon-apply|migrate] [--sandboxes N])" >&2
       exit 2
       ;;
   esac
@@ -64,6 +68,19 @@ fi
 if [[ $(id -u) -ne 0 ]]; then
   echo "bench/run.sh: run as root" >&2
   exit 2
+fi
+if [[ ${only[1]:-} == migrate ]]; then
+  # Issue 15's figure alone: its own table, nothing else built or run.
+  if [[ ! -x $build/bench/migrate_bench ]]; then
+    cmake --build "$build" --target migrate_bench >/dev/null
+  fi
+  if ((${#quick[@]})); then out=${BENCH_OUT:-$(mktemp -d /tmp/egr-bench-smoke-XXXXXX)}; else out=${BENCH_OUT:-bench/results}; fi
+  mkdir -p "$out"
+  stamp=$(date -u +%Y-%m-%d)
+  "$build/bench/migrate_bench" "${quick[@]}" --out "$out/$stamp-migrate.json" >"$out/$stamp-migrate.md"
+  echo "bench/run.sh: $out/$stamp-migrate.json, $out/$stamp-migrate.md"
+  cat "$out/$stamp-migrate.md"
+  exit 0
 fi
 if [[ ! -x $build/bench/enforcer_bench ]]; then
   cmake --build "$build" --target enforcer_bench egressctl egressd-probe egr-nft-forwarder >/dev/null
