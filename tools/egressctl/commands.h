@@ -1,8 +1,7 @@
 // egressctl's subcommands.  Each returns the process exit code: 0 success,
 // 1 a failure at run time, 2 bad input (nothing was changed), 3 the node
 // cannot contain the sandbox as asked (nothing was changed; retrying on this
-// node will not help), 4 the pinned state cannot be adopted (nothing was
-// changed).
+// node will not help).
 #pragma once
 
 #include <functional>
@@ -18,9 +17,6 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
 constexpr int kExitNodeCannotContain = 3;
-// What is pinned on the node is not what this egressd can adopt (a map's
-// layout, a newer schema: loader/pin_check.h); nothing was changed.
-constexpr int kExitPinnedState = 4;
 
 // The policy inputs shared by run, sandbox add and policy check/compile.
 struct PolicyFlags {

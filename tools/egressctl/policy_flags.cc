@@ -65,6 +65,10 @@ int Report(const absl::Status& s) {
                  absl::StrJoin(absl::StrSplit(msg, '\n'), "\n  ").c_str());
     return kExitBadInput;
   }
+  // What is pinned on the node is not what this egressctl can adopt (a
+  // map's layout, a newer schema: loader/pin_check.h); nothing was changed.
+  // Beside commands.h's codes: 4.
+  constexpr int kExitPinnedState = 4;
   if (IsPinnedStateError(s)) {
     std::fprintf(stderr, "egressctl: %s\n", msg.c_str());
     return kExitPinnedState;
