@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  spdlog::set_level(spdlog::level::warn);  // the table alone on stdout
   egressd::Paths paths;
   paths.pin_root = absl::StrCat("/sys/fs/bpf/egr-bench-migrate-", getpid());
   paths.runtime_dir = absl::StrCat("/run/egr-bench-migrate-", getpid());

@@ -62,13 +62,40 @@ absl::Status WriteAll(int to_fd, std::vector<egr_resolved_key>& keys, std::vecto
   return absl::OkStatus();
 }
 
+// Every entry of the v1 map, read in batches (a syscall per 4096 entries;
+// one lookup per key where the kernel has no batch ops on the map).
+absl::Status ReadV1(int from_fd, std::vector<egr_resolved_key>& keys, std::vector<egr_resolved_val>& vals) {
+  constexpr uint32_t kChunk = 4096;
+  std::vector<egr_resolved_key> k(kChunk);
+  std::vector<ResolvedValV1> v(kChunk);
+  uint64_t in = 0, out = 0;  // the hash map's batch token (a bucket index)
+  for (bool first = true;; first = false) {
+    uint32_t n = kChunk;
+    DECLARE_LIBBPF_OPTS(bpf_map_batch_opts, opts);
+    const int r = bpf_map_lookup_batch(from_fd, first ? nullptr : &in, &out, k.data(), v.data(), &n, &opts);
+    const int err = errno;
+    if (r != 0 && err != ENOENT) {
+      if (first && (err == EINVAL || err == EOPNOTSUPP)) break;
+      return ErrnoStatus(err, "read the learned addresses of egr_resolved_v1");
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+      keys.push_back(k[i]);
+      vals.push_back(FromV1(v[i]));
+    }
+    if (r != 0) return absl::OkStatus();  // ENOENT: the last batch
+    in = out;
+  }
+  for (const auto& [key, val] : maps::AllEntries<egr_resolved_key, ResolvedValV1>(from_fd)) {
+    keys.push_back(key);
+    vals.push_back(FromV1(val));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<size_t> Carry(int from_fd, int to_fd) {
   std::vector<egr_resolved_key> keys;
   std::vector<egr_resolved_val> vals;
-  for (const auto& [k, v] : maps::AllEntries<egr_resolved_key, ResolvedValV1>(from_fd)) {
-    keys.push_back(k);
-    vals.push_back(FromV1(v));
-  }
+  EGR_RETURN_IF_ERROR(ReadV1(from_fd, keys, vals));
   EGR_RETURN_IF_ERROR(WriteAll(to_fd, keys, vals));
   return keys.size();
 }
@@ -90,14 +117,10 @@ struct KeyEq {
 // (written again), an address forgotten or collected (deleted here too, so
 // the copy never allows what the old map no longer does).
 absl::StatusOr<size_t> Level(int from_fd, int to_fd) {
-  absl::flat_hash_set<egr_resolved_key, KeyHash, KeyEq> live;
   std::vector<egr_resolved_key> keys;
   std::vector<egr_resolved_val> vals;
-  for (const auto& [k, v] : maps::AllEntries<egr_resolved_key, ResolvedValV1>(from_fd)) {
-    live.insert(k);
-    keys.push_back(k);
-    vals.push_back(FromV1(v));
-  }
+  EGR_RETURN_IF_ERROR(ReadV1(from_fd, keys, vals));
+  absl::flat_hash_set<egr_resolved_key, KeyHash, KeyEq> live(keys.begin(), keys.end());
   size_t deleted = 0;
   for (const auto& k : maps::AllKeys<egr_resolved_key>(to_fd)) {
     if (live.contains(k)) continue;
