@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  spdlog::set_level(spdlog::level::warn);  // the table alone on stdout
+  spdlog::set_level(spdlog::level::err);  // the table alone on stdout
   egressd::Paths paths;
   paths.pin_root = absl::StrCat("/sys/fs/bpf/egr-bench-migrate-", getpid());
   paths.runtime_dir = absl::StrCat("/run/egr-bench-migrate-", getpid());
