@@ -243,7 +243,7 @@ absl::StatusOr<std::vector<MigrationReport>> MigrationPlan::Finish() {
   for (auto& s : steps_) {
     if (unlink(s.from_pin.c_str()) != 0) return ErrnoStatus(errno, absl::StrCat("unpin the migrated ", s.from_pin));
     s.report.seconds = Now() - s.started;
-    spdlog::info("migrated {} -> {}: {} entries carried, {} leveled after the swap, {:.3f} s; {} unpinned",
+    spdlog::info("migrated {} -> {}: {} entries carried, {} forgotten since (deleted from the copy), {:.3f} s; {} unpinned",
                  s.m->from, s.report.to, s.report.carried, s.report.leveled, s.report.seconds, s.from_pin);
     out.push_back(s.report);
   }

@@ -23,7 +23,7 @@ std::string StagingDir(const Paths& paths);
 struct MigrationReport {
   std::string from, to;
   size_t carried = 0;   // entries filled before the swap
-  size_t leveled = 0;   // entries the old writers changed since, applied after
+  size_t leveled = 0;   // entries the old map's writers deleted since the fill, deleted from the copy
   double seconds = 0;   // from the first read of the old map to its unpin
 };
 

@@ -27,8 +27,8 @@ struct Migration {
   // Null: nothing can be carried (`note` says why and what that means).
   absl::StatusOr<size_t> (*carry)(int from_fd, int to_fd) = nullptr;
   // After the swap: makes `to_fd` what carry() would make of `from_fd` now
-  // (entries the old writers added, changed or deleted since the carry).
-  // Null: carry() again is not needed (or not possible).
+  // (entries the old writers added, changed or deleted since the carry),
+  // returning how many it deleted.  Null: not needed (or not possible).
   absl::StatusOr<size_t> (*level)(int from_fd, int to_fd) = nullptr;
   const char* note = "";
 };

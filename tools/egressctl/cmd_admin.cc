@@ -41,7 +41,7 @@ int CmdLoad(const Paths& paths) {
   std::printf("egressd loaded: %d link(s) attached, %d updated in place; pins under %s\n",
               r->links_attached, r->links_updated, paths.pin_root.c_str());
   for (const auto& m : r->migrations) {
-    std::printf("migrated %s -> %s: %zu entries carried, %zu leveled after the swap, %.3f s; %s unpinned\n",
+    std::printf("migrated %s -> %s: %zu entries carried, %zu forgotten since (deleted from the copy), %.3f s; %s unpinned\n",
                 m.from.c_str(), m.to.c_str(), m.carried, m.leveled, m.seconds, m.from.c_str());
   }
   // Still under the lock: what a crashed writer left is repaired before
