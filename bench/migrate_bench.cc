@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -105,6 +106,8 @@ int main(int argc, char** argv) {
     }
   }
   (void)egressd::UnloadEnforcement(paths, *lock, /*force=*/true);
+  std::error_code ec;
+  std::filesystem::remove_all(paths.runtime_dir, ec);  // its lock file: the instance is gone
   if (rc != 0) return rc;
   std::printf("| learned addresses | runs | migration (fill, swap, level, self-test, unpin) | whole load | building the old state (test side) |\n");
   std::printf("|---:|---:|---:|---:|---:|\n");
