@@ -147,6 +147,7 @@ absl::StatusOr<std::vector<DnsEndpointEntry>> DnsEndpoints::List() const {
 
 absl::Status DnsEndpoints::RemoveOrphanGuards() {
   for (const auto& [k, owner] : AllEntries<egr_dnsep_key, egr_dnsep_val>(dnsep_.get())) {
+    if (owner.sandbox_id == 0) continue;  // egressd's own (SetOwnGuards)
     EGR_ASSIGN_OR_RETURN(std::optional<DnsEndpoint> ep, Get(owner.sandbox_id));
     bool named = false;
     if (ep) {
@@ -158,6 +159,42 @@ absl::Status DnsEndpoints::RemoveOrphanGuards() {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status DnsEndpoints::SetOwnGuards(const std::vector<std::pair<net::IpAddr, uint16_t>>& own) {
+  std::vector<egr_dnsep_key> keys;
+  for (const auto& [addr, port] : own) keys.push_back(KeyOf(addr, port));
+  const egr_dnsep_val none{.sandbox_id = 0};
+  for (const auto& k : keys) {
+    egr_dnsep_val owner{};
+    if (bpf_map_lookup_elem(dnsep_.get(), &k, &owner) == 0 && owner.sandbox_id != 0) {
+      return absl::AlreadyExistsError(absl::StrCat(Describe(k), " is sandbox ", owner.sandbox_id,
+                                                   "'s DNS endpoint (", EGR_MAP_DNSEP, ")"));
+    }
+    if (bpf_map_update_elem(dnsep_.get(), &k, &none, BPF_ANY) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("write egressd's own ", Describe(k), " to ", EGR_MAP_DNSEP));
+    }
+  }
+  for (const auto& [k, owner] : AllEntries<egr_dnsep_key, egr_dnsep_val>(dnsep_.get())) {
+    if (owner.sandbox_id != 0) continue;
+    bool kept = false;
+    for (const auto& n : keys) kept = kept || SameKey(k, n);
+    if (!kept && bpf_map_delete_elem(dnsep_.get(), &k) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, absl::StrCat("remove egressd's old ", Describe(k), " from ", EGR_MAP_DNSEP));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<net::IpAddr, uint16_t>>> DnsEndpoints::OwnGuards() const {
+  std::vector<std::pair<net::IpAddr, uint16_t>> out;
+  for (const auto& [k, owner] : AllEntries<egr_dnsep_key, egr_dnsep_val>(dnsep_.get())) {
+    if (owner.sandbox_id != 0) continue;
+    std::array<uint8_t, 16> b;
+    std::memcpy(b.data(), k.addr, 16);
+    out.emplace_back(net::IpAddr::V6(b), ntohs(k.port));
+  }
+  return out;
 }
 
 }  // namespace egressd::maps

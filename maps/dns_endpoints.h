@@ -42,7 +42,16 @@ class DnsEndpoints {
   absl::StatusOr<std::vector<DnsEndpointEntry>> List() const;
   // Reverse entries whose owner has no forward entry naming them (a crash
   // between the two writes of Set or Remove); reconcile removes them.
+  // (Guards of egressd's own endpoints, sandbox id 0, are not orphans.)
   absl::Status RemoveOrphanGuards();
+
+  // egressd's own endpoints (the daemon's metrics listener): guards owned by
+  // sandbox id 0, which no sandbox has, so the kernel refuses every
+  // sandbox's connect, send and packet to them (bpf/lib/dns_redirect.h).
+  // Makes exactly `own` guarded: new ones written first, others of id 0
+  // removed after.  AlreadyExists when a sandbox's endpoint is there.
+  absl::Status SetOwnGuards(const std::vector<std::pair<net::IpAddr, uint16_t>>& own);
+  absl::StatusOr<std::vector<std::pair<net::IpAddr, uint16_t>>> OwnGuards() const;
 
  private:
   UniqueFd dns_, dnsep_;

@@ -257,7 +257,9 @@ struct egr_dnsep_key {
 };
 
 struct egr_dnsep_val {
-	__u64 sandbox_id;
+	__u64 sandbox_id; /* 0 (no sandbox has it): egressd's own endpoint, the
+			   * daemon's metrics listener; every sandbox is refused
+			   * (issue 14; a value the layout already had) */
 };
 
 #define EGR_MAX_DNS_ENDPOINTS EGR_MAX_CGROUPS

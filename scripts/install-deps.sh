@@ -42,6 +42,8 @@ packages=(
   prometheus time
   # bench/nflog_reader.cc: the incumbent's reader of `nft log group N` (nfnetlink_log)
   libnetfilter-log-dev
+  # tests/priv/daemon_endpoints_test: the daemon's /metrics scrape and a sandboxed API caller
+  curl
 )
 
 missing=()

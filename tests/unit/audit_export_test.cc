@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -167,6 +168,31 @@ TEST_F(AuditExport, FiltersAndCompactForm) {
   EXPECT_FALSE(Matches(records_[1], other));
   const std::string c = Compact(records_[1]);
   EXPECT_NE(c.find("deny (default-deny) TCP 192.0.2.10:443"), std::string::npos) << c;
+}
+
+// GET /v1/audit and egressctl audit parse and match their filters with the
+// same two functions.
+TEST_F(AuditExport, ParsedFiltersMatchTypeAndSinceAndNameTheBadValue) {
+  auto x = Make();
+  ASSERT_TRUE(x->OnEvent(Event(0, 2, 1)).ok());
+  ASSERT_EQ(records_.size(), 1u);
+  const std::string time = records_[0]["time"];
+  auto f = ParseFilter("", "deny", "connect", "");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(Matches(records_[0], *f));
+  EXPECT_FALSE(Matches(records_[0], *ParseFilter("", "", "dns", "")));
+  EXPECT_TRUE(Matches(records_[0], *ParseFilter("", "", "", time)));
+  EXPECT_TRUE(Matches(records_[0], *ParseFilter("", "", "", "2000-01-01T00:00:00+02:00")));
+  EXPECT_FALSE(Matches(records_[0], *ParseFilter("", "", "", "2999-01-01T00:00:00Z")));
+  EXPECT_TRUE(ParseFilter("", "", "", "").value().empty());
+  for (auto [s, v, t, since, named] : std::vector<std::tuple<const char*, const char*, const char*, const char*, const char*>>{
+           {"x1", "", "", "", "x1"}, {"0", "", "", "", "\"0\""}, {"", "maybe", "", "", "maybe"},
+           {"", "", "conect", "", "conect"}, {"", "", "", "yesterday", "yesterday"}}) {
+    auto bad = ParseFilter(s, v, t, since);
+    ASSERT_FALSE(bad.ok()) << named;
+    EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+    EXPECT_NE(bad.status().message().find(named), std::string::npos) << bad.status();
+  }
 }
 
 TEST_F(AuditExport, RotatingFileIsPrivateAndNeverSplitsALine) {

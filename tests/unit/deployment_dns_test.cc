@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "userspace/dns/upstream.h"
 #include "userspace/policy/deployment_config.h"
@@ -225,6 +226,29 @@ TEST(DnsSettings, TheConfigAndTheFlagReadUpstreamsAlike) {
     EXPECT_EQ(config->addr, flag->addr) << text;
     EXPECT_EQ(config->port, flag->port) << text;
   }
+}
+
+// metrics.address (issue 14): one address and a port, never a wildcard (the
+// kernel guards exactly it from every sandbox).
+TEST(DeploymentMetrics, AddressIsOneAddressAndAPortOrBadInputNamingIt) {
+  auto ok = ParseDeploymentConfig("metrics:\n  address: 10.244.0.1:9464\n", "m.yaml", nullptr);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_TRUE(ok->metrics_address.has_value());
+  EXPECT_EQ(ok->metrics_address->addr, Ip("10.244.0.1"));
+  EXPECT_EQ(ok->metrics_address->port, 9464);
+  auto v6 = ParseDeploymentConfig("metrics:\n  address: \"[fd00:244::1]:9464\"\n", "m.yaml", nullptr);
+  ASSERT_TRUE(v6.ok()) << v6.status();
+  EXPECT_EQ(v6->metrics_address->addr, Ip("fd00:244::1"));
+  auto none = ParseDeploymentConfig("dns:\n  upstreams: [192.0.2.53]\n", "m.yaml", nullptr);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->metrics_address.has_value()) << "no key: no TCP listener";
+  for (const char* bad : {"0.0.0.0:9464", "\"[::]:9464\"", "10.244.0.1", "10.244.0.1:0", "host:1", "\"[fd00::1]\""}) {
+    auto r = ParseDeploymentConfig(absl::StrCat("metrics:\n  address: ", bad, "\n"), "m.yaml", nullptr);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_TRUE(absl::IsInvalidArgument(r.status()));
+    EXPECT_NE(r.status().message().find("metrics.address"), std::string::npos) << r.status();
+  }
+  EXPECT_FALSE(ParseDeploymentConfig("metrics:\n  port: 1\n", "m.yaml", nullptr).ok()) << "an unknown key";
 }
 
 }  // namespace

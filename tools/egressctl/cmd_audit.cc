@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -18,11 +20,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
-#include "tools/egressctl/metrics.h"
+#include "userspace/audit/metrics.h"
 #include "userspace/audit/record.h"
 #include "userspace/audit/trail.h"
+#include "userspace/daemon/audit_client.h"
+#include "userspace/daemon/client.h"
 
 namespace egressd::cli {
 namespace {
@@ -37,7 +42,7 @@ class Printer {
   Printer(const audit::Filter& filter, bool compact) : filter_(filter), compact_(compact) {}
 
   void operator()(const std::string& line) {
-    if (!filter_.sandbox && !filter_.verdict && !compact_) {
+    if (filter_.empty() && !compact_) {
       // Nothing to decide: the line as it is (a trail's lines are JSON).
       std::fwrite(line.data(), 1, line.size(), stdout);
       std::fputc('\n', stdout);
@@ -89,25 +94,61 @@ int FromFile(const AuditFlags& flags, Printer& print) {
   return kExitOk;
 }
 
+// The trail through the daemon's GET /v1/audit (docs/api.md), when its
+// socket answers.  nullopt: no daemon (the caller reads the trail itself).
+std::optional<int> ThroughDaemon(const Paths& paths, const AuditFlags& flags, Printer& print) {
+  const std::string socket = daemon::DefaultSocketPath(paths);
+  std::string target = "/v1/audit?follow=";
+  target += flags.follow ? "1" : "0";
+  auto param = [&](const char* key, const std::string& v) {
+    if (v.empty()) return;
+    absl::StrAppend(&target, "&", key, "=");
+    for (unsigned char c : v) {
+      if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == ':') {
+        target += static_cast<char>(c);
+      } else {
+        absl::StrAppend(&target, absl::StrFormat("%%%02X", c));
+      }
+    }
+  };
+  param("sandbox", flags.sandbox);
+  param("verdict", flags.verdict);
+  param("type", flags.type);
+  param("since", flags.since);
+  bool opened = false;
+  absl::Status s = daemon::StreamAudit(
+      socket, target,
+      [&](const std::string& line) {
+        print(line);
+        std::fflush(stdout);
+        return true;
+      },
+      [&] { opened = true; });
+  if (!opened && absl::IsUnavailable(s)) {
+    spdlog::debug("audit: no daemon answers at {} ({}): reading the trail directly", socket, s.message());
+    return std::nullopt;
+  }
+  spdlog::debug("audit: read through the daemon at {}", socket);
+  if (absl::IsInvalidArgument(s)) {
+    std::fprintf(stderr, "egressctl: audit: %s\n", std::string(s.message()).c_str());
+    return kExitBadInput;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "egressctl: audit: %s\n", s.ToString().c_str());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int CmdAudit(const Paths& paths, const AuditFlags& flags) {
-  audit::Filter filter;
-  if (!flags.sandbox.empty()) {
-    uint64_t id = 0;
-    if (!absl::SimpleAtoi(flags.sandbox, &id) || id == 0) {
-      std::fprintf(stderr, "egressctl: --sandbox \"%s\": not a sandbox id (its cgroup id)\n", flags.sandbox.c_str());
-      return kExitBadInput;
-    }
-    filter.sandbox = id;
+  auto parsed = audit::ParseFilter(flags.sandbox, flags.verdict, flags.type, flags.since);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "egressctl: --%s\n", std::string(parsed.status().message()).c_str());
+    return kExitBadInput;
   }
-  if (!flags.verdict.empty()) {
-    if (flags.verdict != "allow" && flags.verdict != "deny" && flags.verdict != "would-deny") {
-      std::fprintf(stderr, "egressctl: --verdict \"%s\": allow, deny or would-deny\n", flags.verdict.c_str());
-      return kExitBadInput;
-    }
-    filter.verdict = flags.verdict;
-  }
+  const audit::Filter filter = *parsed;
   if (flags.output != "json" && flags.output != "compact") {
     std::fprintf(stderr, "egressctl: -o \"%s\": json or compact\n", flags.output.c_str());
     return kExitBadInput;
@@ -122,6 +163,11 @@ int CmdAudit(const Paths& paths, const AuditFlags& flags) {
     return kExitBadInput;
   }
   Printer print(filter, flags.output == "compact");
+  // A daemon holds the ring: ask it (--metrics writes a file from this
+  // process's reading, so it keeps the direct path).
+  if (flags.input.empty() && flags.metrics.empty()) {
+    if (auto code = ThroughDaemon(paths, flags, print)) return *code;
+  }
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   if (!flags.input.empty()) return FromFile(flags, print);

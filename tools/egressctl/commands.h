@@ -88,6 +88,8 @@ struct AuditFlags {
   std::string output = "json";  // json | compact
   int window_ms = 1000;         // fold window while this process reads the ring
   std::string metrics;          // --metrics FILE: Prometheus text, rewritten while reading
+  std::string type;             // --type connect|dns|...; empty: every type
+  std::string since;            // --since RFC 3339: records at or after it
 };
 int CmdAudit(const Paths& paths, const AuditFlags& flags);
 // egressctl audit suggest: a task.yaml fragment allowing a stream's denials.

@@ -196,6 +196,8 @@ int main(int argc, char** argv) {
   audit->add_option("--verdict", audit_flags.verdict, "allow | deny | would-deny (audit-only sandboxes)");
   audit->add_option("-o,--output", audit_flags.output, "json (default) | compact");
   audit->add_option("--window-ms", audit_flags.window_ms, "Fold window while reading the ring (default 1000)");
+  audit->add_option("--type", audit_flags.type, "Only records of this type (connect, send, backstop, dns, ...)");
+  audit->add_option("--since", audit_flags.since, "Only records at or after this RFC 3339 time");
   cli::SuggestFlags suggest_flags;
   cli::PolicyFlags suggest_policy;
   auto* suggest = audit->add_subcommand(

@@ -1,11 +1,14 @@
 #include "userspace/audit/record.h"
 #include "userspace/audit/record_names.h"
 
+#include <algorithm>
 #include <array>
 #include <ctime>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "userspace/dns/scope.h"
 #include "userspace/net/ip.h"
 
@@ -260,7 +263,48 @@ bool Matches(const nlohmann::json& r, const Filter& f) {
   if (f.verdict) {
     if (!r.contains("verdict") || r["verdict"] != *f.verdict) return false;
   }
+  if (f.type) {
+    if (!r.contains("type") || r["type"] != *f.type) return false;
+  }
+  if (f.since) {
+    if (!r.contains("time") || !r["time"].is_string() || r["time"].get<std::string>() < *f.since) return false;
+  }
   return true;
+}
+
+absl::StatusOr<Filter> ParseFilter(const std::string& sandbox, const std::string& verdict, const std::string& type,
+                                   const std::string& since) {
+  Filter f;
+  if (!sandbox.empty()) {
+    uint64_t id = 0;
+    if (!absl::SimpleAtoi(sandbox, &id) || id == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("sandbox \"", sandbox, "\": not a sandbox id (its cgroup id)"));
+    }
+    f.sandbox = id;
+  }
+  if (!verdict.empty()) {
+    if (verdict != "allow" && verdict != "deny" && verdict != "would-deny") {
+      return absl::InvalidArgumentError(absl::StrCat("verdict \"", verdict, "\": allow, deny or would-deny"));
+    }
+    f.verdict = verdict;
+  }
+  if (!type.empty()) {
+    static const char* const kTypes[] = {"connect", "send", "backstop", "dns", "engine", "sandbox", "policy", "loss", "gap"};
+    if (std::find(std::begin(kTypes), std::end(kTypes), type) == std::end(kTypes)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "type \"", type, "\": one of connect, send, backstop, dns, engine, sandbox, policy, loss, gap"));
+    }
+    f.type = type;
+  }
+  if (!since.empty()) {
+    absl::Time t;
+    std::string err;
+    if (!absl::ParseTime(absl::RFC3339_full, since, &t, &err)) {
+      return absl::InvalidArgumentError(absl::StrCat("since \"", since, "\": not an RFC 3339 time (", err, ")"));
+    }
+    f.since = FormatTime(static_cast<uint64_t>(absl::ToUnixNanos(t)));
+  }
+  return f;
 }
 
 std::string Compact(const nlohmann::json& r) {

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/status/statusor.h"
+
 #include "maps/egressd_abi.h"
 #include "userspace/control/sandbox_record.h"
 
@@ -70,12 +72,23 @@ nlohmann::json GapJson(uint32_t cpu, uint64_t first, uint64_t last, uint64_t now
 // One line: `seq` set, no newline inside.
 std::string Line(nlohmann::json& record, uint64_t seq);
 
-// egressctl audit's filters and its compact form.
+// egressctl audit's filters (and GET /v1/audit's: the same code) and its
+// compact form.
 struct Filter {
   std::optional<uint64_t> sandbox;
-  std::optional<std::string> verdict;  // "allow" or "deny"
+  std::optional<std::string> verdict;  // "allow", "deny" or "would-deny"
+  std::optional<std::string> type;     // "connect", "dns", "loss", ...
+  // Records whose `time` is at or after this (FormatTime's form, so the
+  // strings compare as the times do).
+  std::optional<std::string> since;
+  bool empty() const { return !sandbox && !verdict && !type && !since; }
 };
 bool Matches(const nlohmann::json& record, const Filter& f);
+// Parses the filters as both the command line and the API spell them
+// (`sandbox` a cgroup id; `since` RFC 3339): InvalidArgument naming the
+// value.  Empty strings: no filter.
+absl::StatusOr<Filter> ParseFilter(const std::string& sandbox, const std::string& verdict,
+                                   const std::string& type, const std::string& since);
 std::string Compact(const nlohmann::json& record);
 
 // The exporter's hot path (line_encoder.cc): the same bytes as

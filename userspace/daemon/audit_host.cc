@@ -30,6 +30,7 @@ void AuditHost::Start() { Tick(); }
 void AuditHost::Tick() {
   absl::Status s = exporter_ ? CloseWindow() : TryHold();
   if (!s.ok()) Drop(s);
+  if (on_written_) on_written_();
   timer_.expires_after(std::chrono::milliseconds(window_ms_));
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) Tick();
@@ -77,6 +78,7 @@ void AuditHost::WaitReadable() {
       Drop(s);
       return;
     }
+    if (on_written_) on_written_();
     WaitReadable();
   });
 }

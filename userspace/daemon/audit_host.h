@@ -8,6 +8,7 @@
 // before the daemon), the daemon asks again every window until it gets it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -34,6 +35,10 @@ class AuditHost {
   const absl::Status& last_error() const { return last_error_; }
   // The exporter while holding (its per-sandbox counts); null otherwise.
   const audit::Exporter* exporter() const { return exporter_.get(); }
+  // Runs after each drain of the ring and each window (lines may have been
+  // written to the spools; GET /v1/audit's followers read them), also while
+  // another process holds the lock and writes them.
+  void OnWritten(std::function<void()> f) { on_written_ = std::move(f); }
 
  private:
   void Tick();
@@ -52,6 +57,7 @@ class AuditHost {
   std::unique_ptr<audit::Exporter> exporter_;
   std::unique_ptr<boost::asio::posix::stream_descriptor> readable_;
   absl::Status failed_, last_error_;
+  std::function<void()> on_written_;
 };
 
 }  // namespace egressd::daemon

@@ -128,6 +128,7 @@ absl::Status Daemon::Start() {
   // PUTs held when the last daemon stopped: applied now if their cgroup
   // appeared meanwhile, before the API answers anyone.
   ReloadHeld();
+  EGR_RETURN_IF_ERROR(StartApiExtras());
   server_ = std::make_unique<HttpServer>(
       io_, [this](const Request& r, const Peer& p) { return Handle(r, p); },
       [this](const std::string& path) { return IsSandboxedPath(path); });
@@ -159,6 +160,7 @@ Response Daemon::Handle(const Request& request, const Peer&) {
   if (target == "/readyz") return m == "GET" ? Ready() : ErrorResponse(405, "method", "GET only");
   if (target == "/v1/status") return m == "GET" ? Status() : ErrorResponse(405, "method", "GET only");
   if (target == "/v1/config:reload") return m == "POST" ? Reload("api") : ErrorResponse(405, "method", "POST only");
+  if (target == "/v1/audit") return m == "GET" ? audit_route_->Get(request.target) : ErrorResponse(405, "method", "GET only");
   if (target == "/v1/sandboxes" || target == "/v1/sandboxes/") {
     return m == "GET" ? List() : ErrorResponse(405, "method", "GET only (PUT /v1/sandboxes/{id} registers)");
   }
@@ -196,6 +198,7 @@ Response Daemon::Status() {
   j["refused_callers"] = server_ ? server_->refused() : 0;
   j["capacity"] = NodeCapacityJson();
   j["contained_roots"] = ContainedRootsJson();
+  j.update(ExtrasStatus());
   return Response{200, std::move(j)};
 }
 

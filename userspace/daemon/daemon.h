@@ -28,12 +28,14 @@
 #include "userspace/control/registry.h"
 #include "userspace/control/sandbox_record.h"
 #include "userspace/daemon/audit_host.h"
+#include "userspace/daemon/audit_route.h"
 #include "userspace/daemon/cgroup_watch.h"
 #include "userspace/daemon/cgroup_gone_watch.h"
 #include "userspace/daemon/client.h"
 #include "userspace/daemon/dns_host.h"
 #include "userspace/daemon/config_reload.h"
 #include "userspace/daemon/http_server.h"
+#include "userspace/daemon/metrics_server.h"
 #include "userspace/daemon/record_watcher.h"
 #include "userspace/daemon/sandbox_request.h"
 #include "userspace/dns/proxy.h"
@@ -170,6 +172,10 @@ class Daemon {
   std::unique_ptr<DeclarationStore> declarations_;
   std::map<uint64_t, nlohmann::json> failed_;  // cgroup id -> the error a reload gave it
   nlohmann::json roots_state_;                 // the contained roots as the last pass left them
+  std::unique_ptr<AuditRoute> audit_route_;      // GET /v1/audit (audit_route.h)
+  std::unique_ptr<MetricsServer> metrics_;       // metrics.address (metrics_server.h)
+  absl::Status StartApiExtras();                 // both of them (api_extras.cc)
+  nlohmann::json ExtrasStatus();
 };
 
 }  // namespace egressd::daemon

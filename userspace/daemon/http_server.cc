@@ -1,6 +1,7 @@
 #include "userspace/daemon/http_server.h"
 
 #include <sys/stat.h>
+#include <cstdio>
 #include <unistd.h>
 
 #include <boost/asio/steady_timer.hpp>
@@ -80,6 +81,7 @@ class Session : public std::enable_shared_from_this<Session> {
         r = ErrorResponse(500, "node_failure", e.what());
       }
     }
+    if (r.stream) return Stream(req, std::move(r));
     res_ = {};
     res_.version(req.version());
     res_.result(static_cast<http::status>(r.status));
@@ -98,8 +100,26 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
+  // The header (chunked), then the connection is the stream's.
+  void Stream(const http::request<http::string_body>& req, Response r) {
+    head_.emplace();
+    head_->version(req.version());
+    head_->result(static_cast<http::status>(r.status));
+    head_->set(http::field::content_type, r.content_type.empty() ? "application/octet-stream" : r.content_type);
+    head_->chunked(true);
+    head_->keep_alive(false);
+    serializer_.emplace(*head_);
+    http::async_write_header(socket_, *serializer_,
+                             [self = shared_from_this(), start = std::move(r.stream)](beast::error_code ec, size_t) {
+                               if (ec) return;
+                               start(std::make_shared<ChunkedStream>(std::move(self->socket_)));
+                             });
+  }
+
   local::socket socket_;
   asio::steady_timer timer_;
+  std::optional<http::response<http::empty_body>> head_;
+  std::optional<http::response_serializer<http::empty_body>> serializer_;
   beast::flat_buffer buf_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> res_;
@@ -108,6 +128,68 @@ class Session : public std::enable_shared_from_this<Session> {
 };
 
 }  // namespace
+
+ChunkedStream::ChunkedStream(local::socket socket) : socket_(std::move(socket)) {}
+
+ChunkedStream::~ChunkedStream() = default;
+
+void ChunkedStream::Start(std::function<void()> ready) {
+  ready_ = std::move(ready);
+  // The client sends nothing more; a read that ends is its hang-up.
+  socket_.async_read_some(asio::buffer(&peek_, 1), [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (ec != asio::error::operation_aborted) self->Close();
+  });
+  if (ready_) ready_();
+}
+
+void ChunkedStream::Write(std::string data) {
+  if (closed_ || finishing_ || data.empty()) return;
+  char size[20];
+  const int n = std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
+  queued_.append(size, n);
+  queued_ += data;
+  queued_ += "\r\n";
+  written_ += data.size();
+  Flush();
+}
+
+void ChunkedStream::Finish() {
+  if (closed_ || finishing_) return;
+  finishing_ = true;
+  queued_ += "0\r\n\r\n";
+  Flush();
+}
+
+void ChunkedStream::Flush() {
+  if (in_flight_ || closed_) return;
+  if (queued_.empty()) {
+    if (finishing_ && !finished_) {
+      finished_ = true;
+      beast::error_code ignored;
+      socket_.shutdown(local::socket::shutdown_send, ignored);
+    }
+    return;
+  }
+  sending_.swap(queued_);
+  queued_.clear();
+  in_flight_ = true;
+  asio::async_write(socket_, asio::buffer(sending_), [self = shared_from_this()](beast::error_code ec, size_t) {
+    self->in_flight_ = false;
+    if (ec) return self->Close();
+    self->Flush();
+    if (!self->in_flight_ && !self->closed_ && self->ready_) self->ready_();
+  });
+}
+
+void ChunkedStream::Close() {
+  if (closed_) return;
+  closed_ = true;
+  beast::error_code ignored;
+  socket_.close(ignored);
+  // The producer hears it once, then lets go of us (its callback may own it).
+  if (auto ready = std::move(ready_)) ready();
+  ready_ = nullptr;
+}
 
 HttpServer::HttpServer(asio::io_context& io, Handler handler, IsSandboxed sandboxed)
     : io_(io), handler_(std::move(handler)), sandboxed_(std::move(sandboxed)) {}

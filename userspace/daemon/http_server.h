@@ -23,9 +23,47 @@ struct Request {
   std::string body;
 };
 
+class ChunkedStream;
+
 struct Response {
   int status = 200;
   nlohmann::json body;
+  // Set: the body is not `body` but a chunked stream (`content_type`): the
+  // header goes out, then `stream` gets the connection (GET /v1/audit).
+  std::function<void(std::shared_ptr<ChunkedStream>)> stream;
+  std::string content_type;
+};
+
+// A response body written as it comes (HTTP/1.1 chunked), on the loop: never
+// blocks.  One chunk in flight at a time; what is written meanwhile waits in
+// memory, so a producer asks busy() and writes again when `ready` runs (its
+// own source is the buffer, not this).  The connection is the stream's
+// alone: no request after it.
+class ChunkedStream : public std::enable_shared_from_this<ChunkedStream> {
+ public:
+  explicit ChunkedStream(boost::asio::local::stream_protocol::socket socket);
+  ~ChunkedStream();
+  // Starts watching for the peer's hang-up; `ready` runs after each write
+  // that leaves nothing queued, and once when the stream closes.
+  void Start(std::function<void()> ready);
+  // Queues one chunk (nothing when empty or closed).
+  void Write(std::string data);
+  // The last chunk after what is queued, then the connection is shut down.
+  void Finish();
+  bool busy() const { return in_flight_; }
+  bool closed() const { return closed_; }
+  size_t written() const { return written_; }
+
+ private:
+  void Flush();
+  void Close();
+
+  boost::asio::local::stream_protocol::socket socket_;
+  std::function<void()> ready_;
+  std::string queued_, sending_;
+  bool in_flight_ = false, finishing_ = false, finished_ = false, closed_ = false;
+  size_t written_ = 0;
+  char peek_ = 0;
 };
 
 // An error body: {"error": {"code": ..., "message": first line, "reasons": [every line]}}.

@@ -41,6 +41,7 @@ struct Raw {
   bool allow_audit_only = false;
   std::vector<yaml::Located> limits;  // limits.* (issue 14), as written
   std::vector<yaml::Located> contained_roots;  // containedRoots (issue 14)
+  std::optional<yaml::Located> metrics_address;
 };
 
 // ---- dns ----
@@ -189,6 +190,19 @@ SandboxLimits ResolveLimits(const Raw& raw, std::vector<std::string>& errors) {
   return out;
 }
 // ---- end limits ----
+void ReadMetrics(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
+  if (node.IsNull()) return;
+  auto entries = w.Mapping(node, "metrics", {"address"}, "");
+  if (!entries) {
+    w.Error("metrics", "must be a mapping (address)");
+    return;
+  }
+  for (const auto& [key, value_ptr] : *entries) {
+    if (key == "address" && !value_ptr->IsNull()) {
+      if (auto v = w.String(*value_ptr, "metrics.address")) raw.metrics_address = yaml::Located{"metrics.address", *v};
+    }
+  }
+}
 
 void ReadPlatform(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
   if (node.IsNull()) return;
@@ -235,7 +249,7 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
   auto top = w.Mapping(doc, "",
                        {"airgapped", "hostedEdge", "protected", "onDeny",
                         "platform", "sealedInstalls", "egressExtraAllow",
-                        "sandboxExtraEnv", "dns", "audit", "limits", "containedRoots"},
+                        "sandboxExtraEnv", "dns", "audit", "limits", "containedRoots", "metrics"},
                        "");
   if (!top) {
     w.Error(file, "must be a mapping of settings");
@@ -273,6 +287,8 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
       if (!value.IsNull()) {
         if (auto v = w.Strings(value, key, false)) raw.contained_roots = *v;
       }
+    } else if (key == "metrics") {
+      ReadMetrics(w, value, raw);
     }
   }
   return raw;
@@ -407,6 +423,21 @@ absl::StatusOr<DeploymentConfig> ParseDeploymentConfig(
   DeploymentConfig d;
   d.airgapped = raw->airgapped;
   d.allow_audit_only = raw->allow_audit_only;
+  if (raw->metrics_address) {
+    const yaml::Located& v = *raw->metrics_address;
+    auto a = ParseDnsUpstream(v.value);
+    const std::string head = absl::StrCat(std::string(kOrigin), " metrics.address \"", v.value, "\": ");
+    if (!a.ok()) {
+      errors.push_back(head + std::string(a.status().message()));
+    } else if (v.value.back() == ']' || v.value.find(':') == std::string::npos ||
+               (v.value.front() != '[' && std::count(v.value.begin(), v.value.end(), ':') != 1)) {
+      errors.push_back(head + "needs a port (IP:PORT or [IPv6]:PORT)");
+    } else if (a->addr.bytes() == std::array<uint8_t, 16>{} || a->addr.ToString() == "0.0.0.0") {
+      errors.push_back(head + "must be one address and a port, not a wildcard (the kernel guards exactly it from every sandbox)");
+    } else {
+      d.metrics_address = *a;
+    }
+  }
   if (raw->on_deny) {
     auto a = ParseDenyAction(raw->on_deny->value);
     if (a.ok()) {

@@ -147,6 +147,11 @@ struct DeploymentConfig {
   // config"): a cgroup below one with no registration of its own gets no
   // egress.
   std::vector<std::string> contained_roots;
+  // metrics.address (issue 14): where the daemon serves Prometheus /metrics
+  // over TCP; none: no TCP listener.  A specific address, never 0.0.0.0 or
+  // ::, since the kernel guards exactly that address and port from every
+  // sandbox (docs/api.md).
+  std::optional<DnsUpstreamSetting> metrics_address;
 };
 
 // `egressctl run --floor F --on-deny A` as a one-machine deployment: the

@@ -1,4 +1,4 @@
-#include "tools/egressctl/metrics.h"
+#include "userspace/audit/metrics.h"
 
 #include <fcntl.h>
 #include <unistd.h>

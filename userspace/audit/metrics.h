@@ -1,9 +1,9 @@
-// egressctl metrics (tools/: it reads the pinned maps and the audit state
-// file, two layers apart).  The instance's figures in Prometheus' text exposition format (names
-// egressd_*, as Tetragon and Cilium name theirs), until a daemon serves
-// /metrics: the programs' decision counters (egr_stats_v3, exact), what the
-// audit readers exported (the state file, saved every window), every pinned
-// map's entries and capacity, and the sandboxes.  docs/audit.md lists them.
+// The instance's figures in Prometheus' text exposition format (names
+// egressd_*, as Tetragon and Cilium name theirs): the programs' decision
+// counters (egr_stats_v3, exact), what the audit readers exported (the state
+// file, saved every window), every pinned map's entries and capacity, and the
+// sandboxes.  One renderer for `egressctl metrics` and the daemon's /metrics
+// (metrics.address); docs/audit.md lists them.
 #pragma once
 
 #include <string>

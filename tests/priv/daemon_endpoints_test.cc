@@ -1,0 +1,290 @@
+// The daemon's GET /v1/audit, its /metrics over TCP, and its own endpoints
+// unreachable from every sandbox (issue 14), on the node-routed lab: the
+// daemon in the node's netns, one daemon process per test (adopting the
+// pinned programs of the binary's one loaded instance: milliseconds).
+//
+//   - GET /v1/audit: a sandbox's denied connect arrives on a follow=1 stream
+//     while it is open, filtered by the same code as `egressctl audit`
+//     (sandbox by API id, verdict, type); without follow the stream ends;
+//     a bad filter is 400 naming it; `egressctl audit` reads through the
+//     daemon when its socket answers (its debug log says which).
+//   - /metrics on metrics.address (the node's address on the pod veths):
+//     what `egressctl metrics` renders, promtool-valid, from the node.
+//   - The attack, as root with only CAP_NET_RAW: a pod sandbox and an
+//     `egressctl run` sandbox in the node netns, each with a policy that
+//     allows the node's address, connect to the metrics port: refused in the
+//     kernel (dns_deny counts each: egressd's own endpoint guard in
+//     egr_dnsep_v1), while a scrape from the node outside any sandbox gets
+//     its answer.  The API socket from a sandboxed root: 403, counted in
+//     refused_callers; the same request from the node: 200.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "egressd_env.h"
+#include "lab_dns.h"
+#include "userspace/daemon/audit_client.h"
+#include "userspace/daemon/client.h"
+
+namespace egressd::test {
+namespace {
+
+using namespace std::chrono_literals;
+using lab::Lab;
+using lab::ProbeLine;
+using lab::RunResult;
+using lab::RunSpec;
+
+constexpr const char* kNodeAddr = lab::kPodGatewayV4;  // the node's address every pod routes to
+
+class DaemonEndpoints : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!lab::RunningAsRootWithSysAdmin()) return;
+    Shared();
+    // A port of this run's own (another run's daemon may hold another).
+    port_ = static_cast<uint16_t>(20000 + getpid() % 20000);
+    config_ = Shared().runtime_dir() + "-endpoints.yaml";
+    std::ofstream(config_) << "metrics:\n  address: " << kNodeAddr << ":" << port_ << "\n";
+  }
+  static void TearDownTestSuite() { unlink(config_.c_str()); }
+  void SetUp() override { EGR_REQUIRE_PRIVILEGES(); }
+  void TearDown() override {
+    for (const auto& [id, cg] : registered_) {
+      if (daemon_) daemon::Call(socket(), "DELETE", "/v1/sandboxes/" + id);
+      Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
+    }
+    if (daemon_) daemon_->Stop();
+  }
+  Lab& lab() { return Shared().lab(); }
+  static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+
+  void StartDaemon() {
+    RunSpec s;
+    s.netns = lab().node_netns();
+    s.env = Shared().CtlEnv();
+    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket(), "--accept-uncontained-packet-sockets"};
+    s.timeout = 10min;
+    auto bg = lab::Start(s);
+    ASSERT_TRUE(bg.ok()) << bg.status();
+    daemon_ = std::move(*bg);
+    auto line = daemon_->ReadOutLine(std::chrono::milliseconds(int(30000 * TimeScale())));
+    ASSERT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << daemon_->err();
+  }
+  daemon::ClientResponse Call(const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
+    auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : daemon::ClientResponse{};
+  }
+  std::string Put(const std::string& id, nlohmann::json body) {
+    static int n = 0;
+    auto cg = lab().MakeCgroup(absl::StrCat("endpoints-", getpid(), "-", n++));
+    EXPECT_TRUE(cg.ok()) << cg.status();
+    if (!cg.ok()) return "";
+    body["cgroup"] = *cg;
+    registered_.emplace_back(id, *cg);
+    daemon::ClientResponse r = Call("PUT", "/v1/sandboxes/" + id, body);
+    EXPECT_EQ(r.status, 201) << r.body.dump(2);
+    return *cg;
+  }
+  // The probe as root with only CAP_NET_RAW, in `cgroup`, in `netns`.
+  RunResult Hostile(const std::string& cgroup, const std::string& netns, std::vector<std::string> argv) {
+    argv.insert(argv.begin(), {"setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--"});
+    RunSpec spec;
+    spec.argv = std::move(argv);
+    spec.netns = netns;
+    spec.cgroup = cgroup;
+    spec.timeout = 20s;
+    return lab::Run(spec);
+  }
+  ProbeLine ConnectFrom(const std::string& cgroup, const std::string& netns, const std::string& addr, int port) {
+    RunResult r = Hostile(cgroup, netns, {lab::BinaryPath("egressd-probe"), "batch", absl::StrCat("tcp ", addr, " ", port)});
+    auto lines = Lines(r);
+    EXPECT_EQ(lines.size(), 1u) << r.Describe();
+    return lines.empty() ? ProbeLine{} : lines[0];
+  }
+  uint64_t Counter(const std::string& name) {
+    RunResult r = Shared().Ctl({"status", "--json"});
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.Describe();
+    return j.is_discarded() ? 0 : j["counters"].value(name, uint64_t{0});
+  }
+  // A scrape from the node's netns, in no sandbox.
+  RunResult ScrapeFromNode() {
+    RunSpec spec;
+    spec.argv = {"curl", "-sS", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}\n",
+                 absl::StrCat("http://", kNodeAddr, ":", port_, "/metrics")};
+    spec.netns = lab().node_netns();
+    spec.timeout = 20s;
+    return lab::Run(spec);
+  }
+
+  static inline uint16_t port_ = 0;
+  static inline std::string config_;
+  std::optional<lab::Background> daemon_;
+  std::vector<std::pair<std::string, std::string>> registered_;
+};
+
+TEST_F(DaemonEndpoints, AuditStreamsFollowedAndFilteredLinesAndEgressctlAuditReadsThroughIt) {
+  StartDaemon();
+  const std::string cg = Put("audited", {{"egress", {lab::kPublicA4}}});
+  const uint64_t cgid = Call("GET", "/v1/sandboxes/audited").body.value("cgroup_id", uint64_t{0});
+  ASSERT_NE(cgid, 0u);
+
+  // A follow=1 stream of this sandbox's denials, open before the connect.
+  std::optional<nlohmann::json> seen;
+  std::atomic<bool> opened{false}, finished{false};
+  absl::Status streamed;
+  std::thread reader([&] {
+    struct Done {
+      std::atomic<bool>& f;
+      ~Done() { f = true; }
+    } done{finished};
+    streamed = daemon::StreamAudit(
+        socket(), "/v1/audit?follow=1&sandbox=audited&verdict=deny&type=connect",
+        [&](const std::string& line) {
+          auto j = nlohmann::json::parse(line, nullptr, false);
+          if (j.is_discarded() || j["IP"].value("destination", "") != lab::kPublicB4) return true;
+          seen = j;
+          return false;  // what we waited for: hang up
+        },
+        [&] { opened = true; });
+  });
+  ASSERT_TRUE(Lab::WaitFor([&] { return opened.load() || !streamed.ok(); })) << streamed;
+  ASSERT_TRUE(Lab::WaitFor([&] { return Call("GET", "/v1/status").body.value("audit_streams", 0) == 1; }));
+  EXPECT_TRUE(Ok(ConnectFrom(cg, lab().pod().netns, lab::kPublicA4, 80))) << "allowed: filtered out by verdict";
+  EXPECT_EQ(Errno(ConnectFrom(cg, lab().pod().netns, lab::kPublicB4, 80)), "EPERM");
+  if (!Lab::WaitFor([&] { return finished.load(); })) {
+    ADD_FAILURE() << "the denied connect never came on the stream";
+    daemon_->Stop();  // ends the stream, so the reader returns
+    daemon_.reset();
+  }
+  reader.join();
+  ASSERT_TRUE(streamed.ok()) << streamed;
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ((*seen)["sandbox"].value("id", uint64_t{0}), cgid);
+  EXPECT_EQ(seen->value("verdict", ""), "deny");
+  EXPECT_EQ(seen->value("type", ""), "connect");
+  // The hung-up stream is collected.
+  EXPECT_TRUE(Lab::WaitFor([&] { return Call("GET", "/v1/status").body.value("audit_streams", 1) == 0; }));
+
+  // Without follow: the sandbox's spool so far, then the end; the allowed
+  // connect is there, and only allowed lines under verdict=allow.
+  std::vector<nlohmann::json> allowed;
+  absl::Status once = daemon::StreamAudit(socket(), absl::StrCat("/v1/audit?sandbox=", cgid, "&verdict=allow"),
+                                          [&](const std::string& line) {
+                                            allowed.push_back(nlohmann::json::parse(line));
+                                            return true;
+                                          });
+  ASSERT_TRUE(once.ok()) << once;
+  ASSERT_FALSE(allowed.empty());
+  for (const auto& j : allowed) EXPECT_EQ(j.value("verdict", ""), "allow") << j.dump();
+
+  // Bad filters: 400 naming the value.
+  for (const char* bad : {"/v1/audit?verdict=maybe", "/v1/audit?since=yesterday", "/v1/audit?color=red",
+                          "/v1/audit?type=nothing"}) {
+    daemon::ClientResponse r = Call("GET", bad);
+    EXPECT_EQ(r.status, 400) << bad << ": " << r.body.dump();
+  }
+
+  // egressctl audit through the daemon: the same lines, and it says so.
+  RunSpec ctl;
+  ctl.argv = {lab::BinaryPath("egressctl"), "-vv", "audit", "--sandbox", absl::StrCat(cgid),
+              "--verdict", "deny", "--type", "connect"};
+  ctl.env = Shared().CtlEnv();
+  ctl.env["EGRESSD_SOCKET"] = socket();
+  ctl.netns = lab().node_netns();
+  ctl.timeout = 20s;
+  RunResult r = lab::Run(ctl);
+  EXPECT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "through the daemon")) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.out, lab::kPublicB4)) << r.Describe();
+}
+
+TEST_F(DaemonEndpoints, MetricsServeTheExporterFromTheNodeAndNoSandboxReachesThemOrTheApi) {
+  StartDaemon();
+  // Positive control first: the node scrapes, promtool accepts it, and it
+  // is the exporter's text (egressctl metrics' families).
+  RunResult scrape = ScrapeFromNode();
+  ASSERT_EQ(scrape.exit_code, 0) << scrape.Describe();
+  ASSERT_TRUE(absl::EndsWith(scrape.out, "\n200\n")) << scrape.Describe();
+  const std::string text = scrape.out.substr(0, scrape.out.size() - 4);
+  RunResult direct = Shared().Ctl({"metrics"});
+  ASSERT_EQ(direct.exit_code, 0) << direct.Describe();
+  // The same families in the same order (values move between the two).
+  auto families = [](const std::string& t) {
+    std::vector<std::string> out;
+    for (absl::string_view l : absl::StrSplit(t, '\n')) {
+      if (absl::StartsWith(l, "# TYPE ")) out.emplace_back(l);
+    }
+    return out;
+  };
+  EXPECT_EQ(families(text), families(direct.out));
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE egressd_connections_total counter")) << text;
+  const std::string file = Shared().runtime_dir() + "-scrape.prom";
+  std::ofstream(file) << text;
+  RunResult check = lab::Run(RunSpec{.argv = {"sh", "-c", "promtool check metrics < " + file}});
+  unlink(file.c_str());
+  EXPECT_EQ(check.exit_code, 0) << check.Describe();
+  EXPECT_EQ(Call("GET", "/v1/status").body["metrics"].value("address", ""), absl::StrCat(kNodeAddr, ":", port_));
+
+  // The attack: policies that allow the node's address, every port.
+  const std::string pod = Put("greedy-pod", {{"egress", {kNodeAddr}}});
+  uint64_t denied = Counter("dns_deny");
+  EXPECT_EQ(Errno(ConnectFrom(pod, lab().pod().netns, kNodeAddr, port_)), "EPERM")
+      << "a pod sandbox reached the daemon's metrics";
+  EXPECT_EQ(Counter("dns_deny"), denied + 1) << "refused by egressd's own endpoint guard in the connect hook";
+  const ProbeLine other = ConnectFrom(pod, lab().pod().netns, kNodeAddr, 9);
+  EXPECT_EQ(Errno(other), "ECONNREFUSED")
+      << "another port of the same address is the policy's: it reached the node, where nothing listens";
+
+  // An `egressctl run` sandbox in the node's netns, same policy.
+  denied = Counter("dns_deny");
+  RunResult run = Shared().RunSandboxedIn(lab().node_netns(), {"--egress", kNodeAddr},
+                                          {"batch", absl::StrCat("tcp ", kNodeAddr, " ", port_)});
+  auto lines = Lines(run);
+  ASSERT_EQ(lines.size(), 1u) << run.Describe();
+  EXPECT_EQ(Errno(lines[0]), "EPERM") << "a node-netns sandbox reached the daemon's metrics: " << run.Describe();
+  EXPECT_EQ(Counter("dns_deny"), denied + 1);
+
+  // The API socket from a sandboxed root: 403, counted; the node: served.
+  const uint64_t refused = Call("GET", "/v1/status").body.value("refused_callers", uint64_t{0});
+  RunResult api = Hostile(pod, lab().pod().netns,
+                          {"curl", "-sS", "--max-time", "10", "--unix-socket", socket(), "-w", "\n%{http_code}\n",
+                           "http://egressd/v1/status"});
+  EXPECT_TRUE(absl::EndsWith(api.out, "\n403\n")) << api.Describe();
+  EXPECT_TRUE(absl::StrContains(api.out, "inside a sandbox")) << api.Describe();
+  EXPECT_EQ(Call("GET", "/v1/status").body.value("refused_callers", uint64_t{0}), refused + 1);
+  EXPECT_EQ(Call("GET", "/v1/status").status, 200);
+
+  // And the positive control again, after the attack: the node still scrapes.
+  EXPECT_TRUE(absl::EndsWith(ScrapeFromNode().out, "\n200\n"));
+}
+
+TEST_F(DaemonEndpoints, AWildcardOrPortlessMetricsAddressIsBadInput) {
+  for (const char* bad : {"0.0.0.0:9464", "[::]:9464", "10.244.0.1", "nonsense:1"}) {
+    const std::string f = Shared().runtime_dir() + "-bad-metrics.yaml";
+    std::ofstream(f) << "metrics:\n  address: \"" << bad << "\"\n";
+    RunSpec s;
+    s.netns = lab().node_netns();
+    s.env = Shared().CtlEnv();
+    s.argv = {lab::BinaryPath("egressd"), "--config", f, "--socket", socket()};
+    s.timeout = 20s;
+    RunResult r = lab::Run(s);
+    unlink(f.c_str());
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.Describe();
+    EXPECT_TRUE(absl::StrContains(r.err, "metrics.address")) << r.Describe();
+  }
+}
+
+}  // namespace
+}  // namespace egressd::test

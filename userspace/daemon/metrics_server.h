@@ -1,0 +1,39 @@
+// Prometheus /metrics over TCP (metrics.address), on the daemon's io_context
+// (Boost.Beast): the text `egressctl metrics` prints (userspace/audit/
+// metrics.h), rendered per scrape.  The address and port are guarded in the
+// kernel from every sandbox (maps/dns_endpoints.h SetOwnGuards) before the
+// listener opens, so no sandbox ever reaches it, whatever its policy allows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "absl/status/status.h"
+#include "userspace/common/node.h"
+#include "userspace/net/ip.h"
+
+namespace egressd::daemon {
+
+class MetricsServer {
+ public:
+  MetricsServer(boost::asio::io_context& io, Paths paths);
+  ~MetricsServer();
+  // Guards addr:port from every sandbox, then listens there.
+  absl::Status Listen(const net::IpAddr& addr, uint16_t port);
+  uint16_t port() const;
+  uint64_t scrapes() const { return *scrapes_; }
+
+ private:
+  void Accept();
+
+  boost::asio::io_context& io_;
+  Paths paths_;
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::shared_ptr<uint64_t> scrapes_ = std::make_shared<uint64_t>(0);
+};
+
+}  // namespace egressd::daemon
