@@ -125,7 +125,7 @@ std::optional<int> ThroughDaemon(const Paths& paths, const AuditFlags& flags, Pr
       },
       [&] { opened = true; });
   if (!opened && absl::IsUnavailable(s)) {
-    spdlog::debug("audit: no daemon answers at {} ({}): reading the trail directly", socket, s.message());
+    spdlog::debug("audit: no daemon answers at {} ({}): reading the trail directly", socket, std::string(s.message()));
     return std::nullopt;
   }
   spdlog::debug("audit: read through the daemon at {}", socket);
