@@ -7,10 +7,14 @@
 //     while it is open, filtered by the same code as `egressctl audit`
 //     (sandbox by API id, verdict, type); without follow the stream ends;
 //     a bad filter is 400 naming it; `egressctl audit` reads through the
-//     daemon when its socket answers (its debug log says which).
-//   - /metrics on metrics.address (the node's address on the pod veths):
-//     what `egressctl metrics` renders, promtool-valid, from the node.
-//   - The attack, as root with only CAP_NET_RAW: a pod sandbox and an
+//     daemon when its socket answers and the trail itself when none does
+//     (its debug log says which).
+//   - /metrics on --metrics-address (the DaemonSet's per-node flag, over the
+//     config's metrics.address; the node's address on the pod veths): what
+//     `egressctl metrics` renders, promtool-valid, from the node.
+//   - The attack, as root with only CAP_NET_RAW: first with the guard's
+//     entry removed from egr_dnsep_v1, a pod sandbox scrapes /metrics (the
+//     attack works); with it restored, a pod sandbox and an
 //     `egressctl run` sandbox in the node netns, each with a policy that
 //     allows the node's address, connect to the metrics port: refused in the
 //     kernel (dns_deny counts each: egressd's own endpoint guard in
@@ -32,6 +36,7 @@
 #include "absl/strings/str_split.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
+#include "maps/dns_endpoints.h"
 #include "userspace/daemon/audit_client.h"
 #include "userspace/daemon/client.h"
 
@@ -54,7 +59,9 @@ class DaemonEndpoints : public ::testing::Test {
     // A port of this run's own (another run's daemon may hold another).
     port_ = static_cast<uint16_t>(20000 + getpid() % 20000);
     config_ = Shared().runtime_dir() + "-endpoints.yaml";
-    std::ofstream(config_) << "metrics:\n  address: " << kNodeAddr << ":" << port_ << "\n";
+    // The config's metrics.address is overridden by the per-node flag (the
+    // DaemonSet's form): the daemon must listen on the flag's port.
+    std::ofstream(config_) << "metrics:\n  address: " << kNodeAddr << ":" << port_ + 1 << "\n";
   }
   static void TearDownTestSuite() { unlink(config_.c_str()); }
   void SetUp() override { EGR_REQUIRE_PRIVILEGES(); }
@@ -72,7 +79,8 @@ class DaemonEndpoints : public ::testing::Test {
     RunSpec s;
     s.netns = lab().node_netns();
     s.env = Shared().CtlEnv();
-    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket(), "--accept-uncontained-packet-sockets"};
+    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket(),
+              "--metrics-address", absl::StrCat(kNodeAddr, ":", port_), "--accept-uncontained-packet-sockets"};
     s.timeout = 10min;
     auto bg = lab::Start(s);
     ASSERT_TRUE(bg.ok()) << bg.status();
@@ -208,6 +216,13 @@ TEST_F(DaemonEndpoints, AuditStreamsFollowedAndFilteredLinesAndEgressctlAuditRea
   EXPECT_EQ(r.exit_code, 0) << r.Describe();
   EXPECT_TRUE(absl::StrContains(r.err, "through the daemon")) << r.Describe();
   EXPECT_TRUE(absl::StrContains(r.out, lab::kPublicB4)) << r.Describe();
+
+  // No daemon: the same command reads the trail itself (and says so).
+  daemon_->Stop();
+  daemon_.reset();
+  RunResult direct = lab::Run(ctl);
+  EXPECT_EQ(direct.exit_code, 0) << direct.Describe();
+  EXPECT_TRUE(absl::StrContains(direct.err, "reading the trail directly")) << direct.Describe();
 }
 
 TEST_F(DaemonEndpoints, MetricsServeTheExporterFromTheNodeAndNoSandboxReachesThemOrTheApi) {
@@ -239,7 +254,28 @@ TEST_F(DaemonEndpoints, MetricsServeTheExporterFromTheNodeAndNoSandboxReachesThe
 
   // The attack: policies that allow the node's address, every port.
   const std::string pod = Put("greedy-pod", {{"egress", {kNodeAddr}}});
+  const std::string url = absl::StrCat("http://", kNodeAddr, ":", port_, "/metrics");
+  {
+    // Without the guard (its entry removed from egr_dnsep_v1) the attack
+    // works: the pod sandbox scrapes the daemon.
+    auto eps = maps::DnsEndpoints::Open(Shared().pin_root());
+    ASSERT_TRUE(eps.ok()) << eps.status();
+    auto own = eps->OwnGuards();
+    ASSERT_TRUE(own.ok()) << own.status();
+    ASSERT_EQ(own->size(), 1u) << "the daemon guards its metrics address";
+    ASSERT_TRUE(eps->SetOwnGuards({}).ok());
+    RunResult open = Hostile(pod, lab().pod().netns,
+                             {"curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", url});
+    ASSERT_TRUE(eps->SetOwnGuards(*own).ok()) << "the guard restored";
+    EXPECT_EQ(open.out, "200") << "without the guard the sandbox should reach /metrics: " << open.Describe();
+  }
   uint64_t denied = Counter("dns_deny");
+  RunResult guarded = Hostile(pod, lab().pod().netns,
+                              {"curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", url});
+  EXPECT_NE(guarded.exit_code, 0) << guarded.Describe();
+  EXPECT_EQ(guarded.out, "000") << "a guarded sandbox got an HTTP answer: " << guarded.Describe();
+  EXPECT_EQ(Counter("dns_deny"), denied + 1) << "curl's connect refused by the guard in the connect hook";
+  denied = Counter("dns_deny");
   EXPECT_EQ(Errno(ConnectFrom(pod, lab().pod().netns, kNodeAddr, port_)), "EPERM")
       << "a pod sandbox reached the daemon's metrics";
   EXPECT_EQ(Counter("dns_deny"), denied + 1) << "refused by egressd's own endpoint guard in the connect hook";
@@ -284,6 +320,15 @@ TEST_F(DaemonEndpoints, AWildcardOrPortlessMetricsAddressIsBadInput) {
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.Describe();
     EXPECT_TRUE(absl::StrContains(r.err, "metrics.address")) << r.Describe();
   }
+  // The DaemonSet's per-node flag: the same parse, refused before anything starts.
+  RunSpec s;
+  s.netns = lab().node_netns();
+  s.env = Shared().CtlEnv();
+  s.argv = {lab::BinaryPath("egressd"), "--metrics-address", "0.0.0.0:9464", "--socket", socket()};
+  s.timeout = 20s;
+  RunResult r = lab::Run(s);
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "--metrics-address: metrics.address \"0.0.0.0:9464\"")) << r.Describe();
 }
 
 }  // namespace

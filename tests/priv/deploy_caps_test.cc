@@ -31,6 +31,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_join.h"
 #include "deploy_daemonset.h"
 #include "egressd_env.h"
@@ -147,6 +148,9 @@ class DeployCaps : public ::testing::Test {
       if (a == "/usr/local/bin/egressd") a = lab::BinaryPath("egressd");
       if (a == "/etc/egressd/egressd.yaml") a = config_;
       if (a == "/run/egressd/egressd.sock") a = socket();
+      // The kubelet's expansion of the downward API's status.hostIP: the
+      // lab node's address its pods reach.
+      a = absl::StrReplaceAll(a, {{"$(NODE_IP)", lab::kPodGatewayV4}});
       s.argv.push_back(a);
     }
     return s;

@@ -177,6 +177,40 @@ TEST_P(Rendered, TheMetricsServiceSelectsTheDaemonByPortNumber) {
   EXPECT_NE(OfKind(docs_, "ServiceAccount", "egressd"), nullptr);
 }
 
+// The daemon serves /metrics on its node's own IP at the port the Service
+// scrapes: --metrics-address $(NODE_IP):PORT, NODE_IP from the downward API's
+// status.hostIP (the address the headless Service lists for a hostNetwork
+// pod), and the daemon accepts that form once the kubelet expanded it.
+TEST_P(Rendered, TheDaemonServesMetricsOnItsNodesIpAtTheServicesPort) {
+  const std::vector<std::string> run = Scalars(Get(daemon_, "command"));
+  auto flag = std::find(run.begin(), run.end(), "--metrics-address");
+  ASSERT_NE(flag, run.end()) << "the daemon is given no --metrics-address";
+  ASSERT_NE(flag + 1, run.end());
+  const std::string value = *(flag + 1);
+  const Node* env = Find(Get(daemon_, "env"), "name", "NODE_IP");
+  ASSERT_NE(env, nullptr) << "NODE_IP is not in the daemon's env";
+  EXPECT_EQ(Scalar(At(env, "valueFrom.fieldRef.fieldPath")), "status.hostIP");
+  ASSERT_EQ(value.rfind("$(NODE_IP):", 0), 0u) << value;
+  const std::string port = value.substr(std::string("$(NODE_IP):").size());
+  const Node* svc = OfKind(docs_, "Service", "egressd-metrics");
+  ASSERT_NE(svc, nullptr);
+  EXPECT_EQ(Scalar(Get(Find(At(svc, "spec.ports"), "name", "metrics"), "targetPort")), port)
+      << "the Service scrapes another port than the daemon listens on";
+  // As the kubelet expands it on a node, the daemon's parse takes it.
+  auto parsed = policy::ParseMetricsAddress("192.0.2.7:" + port);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->addr.ToString(), "192.0.2.7");
+  EXPECT_EQ(std::to_string(parsed->port), port);
+  // The config itself names no metrics.address (a shared one would be one
+  // node's IP on every node).
+  const std::string yaml = Scalar(Get(Get(OfKind(docs_, "ConfigMap", "egressd-config"), "data"), "egressd.yaml"));
+  std::vector<std::string> errs;
+  policy::yaml::Walker w("config", &errs);
+  const Node* cfg = w.Load(yaml, "egressd.yaml");
+  ASSERT_NE(cfg, nullptr) << absl::StrJoin(errs, "\n");
+  EXPECT_EQ(Get(cfg, "metrics"), nullptr);
+}
+
 // The config the daemon reads: the base's and the mixed pool's parse as the
 // daemon parses them (a bad one would exit 2 on every node), with the
 // cluster DNS named as the upstream.  The sandbox-only pool's names its

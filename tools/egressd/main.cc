@@ -24,6 +24,7 @@
 #include "loader/pin_check.h"
 #include "userspace/daemon/client.h"
 #include "userspace/daemon/daemon.h"
+#include "userspace/policy/deployment_config.h"
 
 namespace {
 
@@ -135,6 +136,9 @@ int main(int argc, char** argv) {
   app.add_option("--kubelet-cgroup-root", o.kubelet_cgroup_roots,
                  "Where the kubelet's kubepods cgroups live, for PUTs naming a pod_uid (repeatable; default: "
                  "the cgroup2 mount)");
+  app.add_option("--metrics-address", o.metrics_address,
+                 "Serve Prometheus /metrics on IP:PORT or [IPv6]:PORT (overrides the config's metrics.address; "
+                 "one address of the node, guarded from every sandbox)");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "Warnings and errors only");
   std::string probe;
@@ -155,6 +159,12 @@ int main(int argc, char** argv) {
   if (o.audit_window_ms <= 0) {
     std::fprintf(stderr, "egressd: --audit-window-ms %d must be positive\n", o.audit_window_ms);
     return 2;
+  }
+  if (!o.metrics_address.empty()) {
+    if (auto a = policy::ParseMetricsAddress(o.metrics_address); !a.ok()) {
+      std::fprintf(stderr, "egressd: --metrics-address: %s\n", std::string(a.status().message()).c_str());
+      return 2;
+    }
   }
   if (quiet) spdlog::set_level(spdlog::level::warn);
   signal(SIGPIPE, SIG_IGN);

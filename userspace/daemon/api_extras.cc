@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "maps/dns_endpoints.h"
 #include "userspace/common/errors.h"
 #include "userspace/daemon/daemon.h"
 
@@ -13,9 +14,18 @@ absl::Status Daemon::StartApiExtras() {
     auto it = index_.find(id);
     return it == index_.end() ? std::nullopt : std::optional<uint64_t>(it->second);
   });
-  if (const auto& a = deployment_.metrics_address) {
+  // The flag (per node) before the config (shared by every node).
+  std::optional<policy::DnsUpstreamSetting> address = deployment_.metrics_address;
+  if (!options_.metrics_address.empty()) {
+    EGR_ASSIGN_OR_RETURN(address, policy::ParseMetricsAddress(options_.metrics_address));
+  }
+  if (address) {
     metrics_ = std::make_unique<MetricsServer>(io_, options_.paths);
-    EGR_RETURN_IF_ERROR(metrics_->Listen(a->addr, a->port));
+    EGR_RETURN_IF_ERROR(metrics_->Listen(address->addr, address->port));
+  } else if (auto eps = maps::DnsEndpoints::Open(options_.paths.pin_root); eps.ok()) {
+    // No listener now: an earlier daemon's guard would refuse a port nothing
+    // of ours listens on (another process may bind it later).
+    if (absl::Status s = eps->SetOwnGuards({}); !s.ok()) spdlog::warn("metrics: {}", s.ToString());
   }
   return absl::OkStatus();
 }
@@ -23,11 +33,8 @@ absl::Status Daemon::StartApiExtras() {
 nlohmann::json Daemon::ExtrasStatus() {
   nlohmann::json j;
   j["audit_streams"] = audit_route_ ? audit_route_->streams() : 0;
-  if (metrics_ && deployment_.metrics_address) {
-    const auto& a = *deployment_.metrics_address;
-    j["metrics"] = {{"address", a.addr.is_v4() ? absl::StrCat(a.addr.ToString(), ":", metrics_->port())
-                                                : absl::StrCat("[", a.addr.ToString(), "]:", metrics_->port())},
-                    {"scrapes", metrics_->scrapes()}};
+  if (metrics_) {
+    j["metrics"] = {{"address", metrics_->address()}, {"scrapes", metrics_->scrapes()}};
   } else {
     j["metrics"] = nullptr;
   }

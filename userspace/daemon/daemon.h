@@ -58,6 +58,9 @@ struct DaemonOptions {
   // Where PUTs naming a pod_uid look for the pod's cgroup (pod_cgroup.h);
   // empty: the cgroup2 mount.
   std::vector<std::string> kubelet_cgroup_roots;
+  // --metrics-address: overrides the config's metrics.address (a per-node
+  // value: the DaemonSet passes $(NODE_IP):9464); empty: the config's.
+  std::string metrics_address;
 };
 
 class Daemon {

@@ -122,6 +122,7 @@ absl::Status MetricsServer::Listen(const net::IpAddr& addr, uint16_t port) {
   }
   acceptor_->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("metrics.address ", where(bound), ": listen: ", ec.message()));
+  address_ = where(bound);
   spdlog::info("serving /metrics on {} (guarded from every sandbox in {})", where(bound), "egr_dnsep_v1");
   Accept();
   return absl::OkStatus();

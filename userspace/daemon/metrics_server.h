@@ -25,6 +25,7 @@ class MetricsServer {
   // Guards addr:port from every sandbox, then listens there.
   absl::Status Listen(const net::IpAddr& addr, uint16_t port);
   uint16_t port() const;
+  std::string address() const { return address_; }  // "IP:PORT" / "[IPv6]:PORT" as bound
   uint64_t scrapes() const { return *scrapes_; }
 
  private:
@@ -33,6 +34,7 @@ class MetricsServer {
   boost::asio::io_context& io_;
   Paths paths_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::string address_;
   std::shared_ptr<uint64_t> scrapes_ = std::make_shared<uint64_t>(0);
 };
 

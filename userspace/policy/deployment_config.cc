@@ -403,6 +403,23 @@ absl::StatusOr<DnsUpstreamSetting> ParseDnsUpstream(std::string_view text) {
   return s;
 }
 
+absl::StatusOr<DnsUpstreamSetting> ParseMetricsAddress(std::string_view text) {
+  const std::string value(text);
+  const std::string head = absl::StrCat("metrics.address \"", value, "\": ");
+  auto a = ParseDnsUpstream(value);
+  if (!a.ok()) return absl::InvalidArgumentError(head + std::string(a.status().message()));
+  if (value.back() == ']' || value.find(':') == std::string::npos ||
+      (value.front() != '[' && std::count(value.begin(), value.end(), ':') != 1)) {
+    return absl::InvalidArgumentError(head + "needs a port (IP:PORT or [IPv6]:PORT)");
+  }
+  if (a->addr.bytes() == std::array<uint8_t, 16>{} || a->addr.ToString() == "0.0.0.0") {
+    return absl::InvalidArgumentError(
+        head + "must be one address of the node and a port, not a wildcard (the kernel guards exactly it from every "
+               "sandbox; in Kubernetes pass the node's IP: --metrics-address $(NODE_IP):PORT)");
+  }
+  return *a;
+}
+
 DeploymentConfig DeploymentForFloor(Floor floor, DenyAction action) {
   DeploymentConfig d;
   d.airgapped = floor == Floor::kAirgapped;
@@ -424,18 +441,11 @@ absl::StatusOr<DeploymentConfig> ParseDeploymentConfig(
   d.airgapped = raw->airgapped;
   d.allow_audit_only = raw->allow_audit_only;
   if (raw->metrics_address) {
-    const yaml::Located& v = *raw->metrics_address;
-    auto a = ParseDnsUpstream(v.value);
-    const std::string head = absl::StrCat(std::string(kOrigin), " metrics.address \"", v.value, "\": ");
-    if (!a.ok()) {
-      errors.push_back(head + std::string(a.status().message()));
-    } else if (v.value.back() == ']' || v.value.find(':') == std::string::npos ||
-               (v.value.front() != '[' && std::count(v.value.begin(), v.value.end(), ':') != 1)) {
-      errors.push_back(head + "needs a port (IP:PORT or [IPv6]:PORT)");
-    } else if (a->addr.bytes() == std::array<uint8_t, 16>{} || a->addr.ToString() == "0.0.0.0") {
-      errors.push_back(head + "must be one address and a port, not a wildcard (the kernel guards exactly it from every sandbox)");
-    } else {
+    auto a = ParseMetricsAddress(raw->metrics_address->value);
+    if (a.ok()) {
       d.metrics_address = *a;
+    } else {
+      errors.push_back(absl::StrCat(std::string(kOrigin), " ", std::string(a.status().message())));
     }
   }
   if (raw->on_deny) {

@@ -90,6 +90,9 @@ inline constexpr uint32_t kMaxGraceSeconds = 3600;
 // One upstream as the config writes it; InvalidArgument saying why (the
 // caller names the setting and the value).
 absl::StatusOr<DnsUpstreamSetting> ParseDnsUpstream(std::string_view text);
+// metrics.address (or egressd --metrics-address): IP:PORT or [IPv6]:PORT, one
+// address, never a wildcard; InvalidArgument naming the setting and the value.
+absl::StatusOr<DnsUpstreamSetting> ParseMetricsAddress(std::string_view text);
 // ---- end dns ----
 
 // ---- limits: per-sandbox caps (issue 14) ----
