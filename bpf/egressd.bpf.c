@@ -16,6 +16,7 @@
 #include "lib/lsm_unix.h"
 #include "lib/audit.h"
 #include "lib/audit_mode.h"
+#include "lib/tc_veth.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -185,4 +186,30 @@ int egr_sock_release(struct bpf_sock *sk)
 	if (st)
 		egr_use_drop(st);
 	return 1;
+}
+
+/* tc clsact ingress of a sandbox's host-side veth (the pod's egress; issue
+ * 17): TC_ACT_OK passes, TC_ACT_SHOT drops.  An interface with no sandbox
+ * entry passes (the program is attached only to registered interfaces, and
+ * their entry is written before the attach and removed after the detach). */
+#define EGR_TC_ACT_OK 0
+#define EGR_TC_ACT_SHOT 2
+
+SEC("tc")
+int egr_tc_ingress(struct __sk_buff *skb)
+{
+	const struct egr_cgroup_val *sb = egr_sandbox_of_ifindex(skb->ifindex);
+	struct egr_decision d;
+
+	if (!sb)
+		return EGR_TC_ACT_OK;
+	d = egr_tc_judge(skb, sb);
+	if (egr_lets_through(d)) {
+		egr_tc_count(d.reason == EGR_REASON_LINK_LOCAL ? EGR_TC_STAT_LINK_LOCAL : EGR_TC_STAT_PASS);
+		return EGR_TC_ACT_OK;
+	}
+	egr_tc_count(d.reason == EGR_REASON_FRAME     ? EGR_TC_STAT_FRAME_DROP
+		     : d.reason == EGR_REASON_SPOOFED ? EGR_TC_STAT_SPOOFED
+						      : EGR_TC_STAT_DROP);
+	return EGR_TC_ACT_SHOT;
 }

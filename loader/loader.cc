@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "egressd.skel.h"
+#include "loader/tc_attach.h"
 #include "userspace/common/errors.h"
 #include "loader/bpffs.h"
 #include "loader/migrate.h"
@@ -404,6 +405,11 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLoc
     plan.Abandon();
     return f;
   }
+  // The tc program (issue 17): pinned for registrations by interface, and
+  // swapped into the interfaces registered already.
+  if (absl::Status s = InstallTcProgram(paths, bpf_program__fd(skel->progs.egr_tc_ingress)); !s.ok()) {
+    return FailedAfter(s, changes);
+  }
   if (!socket_containment) {
     spdlog::warn("socket-family containment is MISSING: the bpf LSM is {}; packet, AF_XDP and AF_VSOCK "
                  "sockets and abstract unix peers are not judged, and `sandbox add` refuses sandboxes",
@@ -437,6 +443,7 @@ absl::Status UnloadEnforcement(const Paths& paths, const InstanceLock&, bool for
                      "Remove them first or pass --force"));
     }
   }
+  EGR_RETURN_IF_ERROR(RemoveTcProgram(paths));
   for (const auto& slot : kPrograms) {
     std::string pin = LinkPin(paths, slot.name);
     UniqueFd fd(bpf_obj_get(pin.c_str()));

@@ -322,6 +322,11 @@ enum egr_reason {
 	EGR_REASON_DNS_REFUSED,     /* a query with no endpoint, or bypassing it */
 	EGR_REASON_DNS_ENDPOINT,    /* a redirected socket's packet to its endpoint */
 	EGR_REASON_AUDIT_UNRECORDED, /* strict sandbox: its event could not be recorded */
+	/* Appended for the tc program (issue 17; values only, no layout): */
+	EGR_REASON_LINK_LOCAL,      /* ARP or IPv6 neighbour discovery on the pod's link */
+	EGR_REASON_FRAME,           /* a frame that is neither IP nor ARP, or an IPv6
+				     * router advertisement or redirect from a pod */
+	EGR_REASON_SPOOFED,         /* a source MAC or address that is not the pod's */
 };
 
 enum egr_event_kind {
@@ -444,6 +449,60 @@ enum egr_stat {
 	EGR_STAT_WOULD_DENY,      /* audit-only: denials recorded as would-deny and passed */
 	EGR_STAT_STRICT_DENY,     /* strict: connects/sends refused, their event unrecordable */
 	EGR_STAT_MAX,
+};
+
+/* ---- egr_ifsbox_v1: interface -> the sandbox behind it (issue 17) ----
+ * A sandbox registered by interface (gVisor, a VM: its sockets never reach
+ * the node's cgroup hooks) is judged at its host-side veth by the tc program
+ * on that interface's ingress (the pod's egress).  Key: the host-side
+ * interface's ifindex in the node netns (__u32).  Value: the same struct
+ * egr_cgroup_val as egr_cgroups_v1 (policy and sandbox id of the sandbox's
+ * registration), written with it and flipped with it, so one sandbox has one
+ * policy whichever hook judges it.  A new map, no layout change: the ABI
+ * version stays 2. */
+#define EGR_MAP_IFSANDBOX "egr_ifsbox_v1"
+#define EGR_MAX_IFSANDBOXES EGR_MAX_CGROUPS
+
+/* ---- egr_tcstats_v1 (per-CPU array): the tc program's counters ----
+ * Its own map: egr_stats_v3's size is fixed by its pinned max_entries. */
+enum egr_tc_stat {
+	EGR_TC_STAT_PASS = 0,     /* a frame of a registered interface passed */
+	EGR_TC_STAT_DROP,         /* dropped by the policy (or malformed) */
+	EGR_TC_STAT_FRAME_DROP,   /* not IP nor ARP, an RA or redirect: dropped */
+	EGR_TC_STAT_LINK_LOCAL,   /* ARP / neighbour discovery passed */
+	EGR_TC_STAT_SPOOFED,      /* a source MAC or address not the pod's: dropped */
+	EGR_TC_STAT_MAX = 8,      /* room to append without a new map */
+};
+#define EGR_MAP_TCSTATS "egr_tcstats_v1"
+
+/* ---- egr_ifpod_v1, egr_ifaddr_v1: who the pod behind an interface is ----
+ * Anti-spoofing at the veth: when an interface has an egr_ifpod_v1 entry,
+ * every frame it sends must carry the pod's own source MAC (when known) and
+ * every IP packet, ARP sender and neighbour advertisement target one of the
+ * pod's own addresses (egr_ifaddr_v1: the node's host routes through the
+ * interface, as a CNI sets them up), or for IPv6 a link-local or the
+ * unspecified source (neighbour discovery).  No entry: not checked. */
+#define EGR_MAP_IFPOD "egr_ifpod_v1"
+#define EGR_MAP_IFADDR "egr_ifaddr_v1"
+#define EGR_MAX_IFADDRS (4 * EGR_MAX_IFSANDBOXES)
+
+enum egr_ifpod_flags {
+	EGR_IFPOD_MAC = 1 << 0, /* mac is the pod's: other source MACs are dropped */
+};
+
+struct egr_ifpod_val {
+	__u8 mac[6];
+	__u16 flags; /* enum egr_ifpod_flags */
+};
+
+struct egr_ifaddr_key {
+	__u32 ifindex;
+	__u32 pad0;
+	__u8 addr[16]; /* IPv4 as ::ffff:a.b.c.d */
+};
+
+struct egr_ifaddr_val {
+	__u32 flags; /* reserved, 0 */
 };
 
 #endif /* EGRESSD_MAPS_EGRESSD_ABI_H */

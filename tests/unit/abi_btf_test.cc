@@ -60,6 +60,10 @@ const std::vector<AbiStruct>& CxxLayouts() {
       EGR_STRUCT(egr_resolved_val, EGR_FIELD(egr_resolved_val, expires_boot_ns),
                  EGR_FIELD(egr_resolved_val, name_ids), EGR_FIELD(egr_resolved_val, keep_s),
                  EGR_FIELD(egr_resolved_val, qname_id)),
+      EGR_STRUCT(egr_ifpod_val, EGR_FIELD(egr_ifpod_val, mac), EGR_FIELD(egr_ifpod_val, flags)),
+      EGR_STRUCT(egr_ifaddr_key, EGR_FIELD(egr_ifaddr_key, ifindex), EGR_FIELD(egr_ifaddr_key, pad0),
+                 EGR_FIELD(egr_ifaddr_key, addr)),
+      EGR_STRUCT(egr_ifaddr_val, EGR_FIELD(egr_ifaddr_val, flags)),
       EGR_STRUCT(egr_resuse_val, EGR_FIELD(egr_resuse_val, last_used_ns),
                  EGR_FIELD(egr_resuse_val, socks), EGR_FIELD(egr_resuse_val, pad0)),
       EGR_STRUCT(egr_sock_val, EGR_FIELD(egr_sock_val, addr), EGR_FIELD(egr_sock_val, port),
@@ -152,6 +156,10 @@ const std::vector<AbiMap>& AbiMaps() {
       EGR_MAP(EGR_MAP_AUDITSEQ, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, __u64, 1),
       // A map of maps holds map fds (4 bytes); its inner array is a template.
       AbiMap{EGR_MAP_RCUSYNC, BPF_MAP_TYPE_ARRAY_OF_MAPS, 4, 4, 1, "__u32", ""},
+      EGR_MAP(EGR_MAP_IFSANDBOX, BPF_MAP_TYPE_HASH, __u32, struct egr_cgroup_val, EGR_MAX_IFSANDBOXES),
+      EGR_MAP(EGR_MAP_TCSTATS, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, __u64, EGR_TC_STAT_MAX),
+      EGR_MAP(EGR_MAP_IFPOD, BPF_MAP_TYPE_HASH, __u32, struct egr_ifpod_val, EGR_MAX_IFSANDBOXES),
+      EGR_MAP(EGR_MAP_IFADDR, BPF_MAP_TYPE_HASH, struct egr_ifaddr_key, struct egr_ifaddr_val, EGR_MAX_IFADDRS),
   };
   return maps;
 }

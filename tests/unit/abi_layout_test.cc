@@ -187,6 +187,7 @@ TEST(AbiLayout, MapNamesFitAndCarryVersion) {
       EGR_MAP_CONFIG,   EGR_MAP_STATS,  EGR_MAP_DNS,    EGR_MAP_DNSEP,
       EGR_MAP_EVENTS,   EGR_MAP_FOLD,   EGR_MAP_LOSS,   EGR_MAP_BUDGET,
       EGR_MAP_AUDITCTL, EGR_MAP_AUDITSEQ, EGR_MAP_RCUSYNC, EGR_MAP_RESUSE,
+      EGR_MAP_IFSANDBOX, EGR_MAP_TCSTATS, EGR_MAP_IFPOD, EGR_MAP_IFADDR,
   };
   for (const char* n : names) {
     const std::string name(n);
@@ -208,6 +209,28 @@ TEST(AbiLayout, ReservedFieldsReusedForAuditKeepTheirRoom) {
   // New reasons and counters are appended: older ones keep their numbers.
   static_assert(EGR_REASON_DNS_ENDPOINT == 19 && EGR_REASON_AUDIT_UNRECORDED == 20);
   static_assert(EGR_STAT_EVENT_LOST == 13 && EGR_STAT_WOULD_DENY == 14 && EGR_STAT_STRICT_DENY == 15);
+  SUCCEED();
+}
+
+EGR_PIN_SIZE(egr_ifpod_val, 8);
+EGR_PIN_OFFSET(egr_ifpod_val, mac, 0);
+EGR_PIN_OFFSET(egr_ifpod_val, flags, 6);
+EGR_PIN_SIZE(egr_ifaddr_key, 24);
+EGR_PIN_OFFSET(egr_ifaddr_key, ifindex, 0);
+EGR_PIN_OFFSET(egr_ifaddr_key, pad0, 4);
+EGR_PIN_OFFSET(egr_ifaddr_key, addr, 8);
+EGR_PIN_SIZE(egr_ifaddr_val, 4);
+
+// issue 17: the interface map reuses egr_cgroup_val (one sandbox, one value
+// whichever hook judges it), keyed by a __u32 ifindex; its reasons are
+// appended and the tc counters have a map of their own.
+TEST(AbiLayout, InterfaceSandboxMapSharesTheCgroupValue) {
+  static_assert(sizeof(egr_cgroup_val) == 16);
+  static_assert(EGR_MAX_IFSANDBOXES == EGR_MAX_CGROUPS);
+  static_assert(EGR_REASON_LINK_LOCAL == 21 && EGR_REASON_FRAME == 22 && EGR_REASON_SPOOFED == 23);
+  static_assert(EGR_TC_STAT_SPOOFED == 4);
+  static_assert(EGR_TC_STAT_LINK_LOCAL == 3 && EGR_TC_STAT_LINK_LOCAL < EGR_TC_STAT_MAX);
+  static_assert(EGR_ABI_VERSION == 2, "a new map, not a layout change");
   SUCCEED();
 }
 

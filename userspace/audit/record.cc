@@ -40,6 +40,9 @@ const char* BareReason(uint8_t reason, uint8_t action) {
     case EGR_REASON_DNS_REFUSED: return "dns-refused";
     case EGR_REASON_DNS_ENDPOINT: return "dns-endpoint";
     case EGR_REASON_AUDIT_UNRECORDED: return "audit-unrecorded";
+    case EGR_REASON_LINK_LOCAL: return "link-local";
+    case EGR_REASON_FRAME: return "frame";
+    case EGR_REASON_SPOOFED: return "spoofed";
   }
   return nullptr;
 }

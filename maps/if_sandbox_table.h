@@ -1,0 +1,45 @@
+// egr_ifsbox_v1: which host-side interfaces carry a sandbox's traffic, judged
+// there by the tc program (bpf/lib/tc_veth.h).  The value is the sandbox's
+// egr_cgroups_v1 value, so both hooks judge by one policy.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "maps/egressd_abi.h"
+#include "userspace/common/unique_fd.h"
+#include "userspace/net/ip.h"
+
+namespace egressd::maps {
+
+struct InterfaceEntry {
+  uint32_t ifindex;
+  egr_cgroup_val value;
+};
+
+class IfSandboxTable {
+ public:
+  static absl::StatusOr<IfSandboxTable> Open(const std::string& pin_root);
+
+  absl::Status Set(uint32_t ifindex, const egr_cgroup_val& value);
+  absl::StatusOr<std::optional<egr_cgroup_val>> Get(uint32_t ifindex) const;
+  absl::Status Remove(uint32_t ifindex);  // absent is fine
+  absl::StatusOr<std::vector<InterfaceEntry>> List() const;
+
+  // The pod's own sources (egr_ifpod_v1, egr_ifaddr_v1), replacing what was
+  // there; no addresses: the interface's sources are not checked.
+  absl::Status SetPod(uint32_t ifindex, const std::optional<std::array<uint8_t, 6>>& mac,
+                      const std::vector<net::IpAddr>& addrs);
+  absl::Status RemovePod(uint32_t ifindex);
+
+ private:
+  UniqueFd fd_, pod_fd_, addr_fd_;
+};
+
+// The tc program's counters (egr_tcstats_v1), summed over CPUs.
+absl::StatusOr<std::vector<uint64_t>> ReadTcStats(const std::string& pin_root);
+
+}  // namespace egressd::maps
