@@ -63,6 +63,26 @@ TEST(SandboxRequest, EveryProblemAtOnceEachNamingItsField) {
   }
 }
 
+// issue 17: the interface a sandbox is judged at too, by name or by netns.
+TEST(SandboxRequest, InterfaceFieldsParseAndAreExclusive) {
+  auto r = ParseSandboxRequest(R"({"cgroup": "/sys/fs/cgroup/pods/a", "interface": "veth1234"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->interface, "veth1234");
+  auto again = ParseSandboxRequest(ToJson(*r).dump());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->interface, "veth1234");
+  auto n = ParseSandboxRequest(R"({"cgroup": "/sys/fs/cgroup/pods/a", "interface_netns": "/var/run/netns/p"})");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->interface_netns, "/var/run/netns/p");
+  auto both = ParseSandboxRequest(
+      R"({"cgroup": "/sys/fs/cgroup/pods/a", "interface": "veth1", "interface_netns": "/var/run/netns/p"})");
+  ASSERT_FALSE(both.ok());
+  EXPECT_TRUE(absl::StrContains(both.status().message(), "field interface_netns")) << both.status();
+  auto bad = ParseSandboxRequest(R"({"cgroup": "/sys/fs/cgroup/pods/a", "interface": 7})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "field interface: must be a string")) << bad.status();
+}
+
 TEST(SandboxRequest, BodyMustBeAJsonObjectWithACgroup) {
   EXPECT_TRUE(absl::StrContains(ParseSandboxRequest("not json").status().message(), "not JSON"));
   EXPECT_TRUE(absl::StrContains(ParseSandboxRequest("[1]").status().message(), "JSON object"));

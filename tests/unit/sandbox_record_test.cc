@@ -92,6 +92,23 @@ TEST(Record, RecordRoundTrips) {
   EXPECT_EQ(back->previous_labels, r.previous_labels);
 }
 
+// issue 17: the interface a sandbox is judged at, through both writers and
+// both readers (the DOM one and the SAX one the daemon uses).
+TEST(Record, TheInterfaceRoundTripsThroughBothReaders) {
+  SandboxRecord r{.cgroup_id = 9, .current = {3, Sample()}, .interface = "egl-x-p0", .ifindex = 77};
+  auto dom = SandboxRecordFromJson(nlohmann::json::parse(ToJson(r).dump()));
+  ASSERT_TRUE(dom.ok()) << dom.status();
+  EXPECT_EQ(dom->interface, "egl-x-p0");
+  EXPECT_EQ(dom->ifindex, 77u);
+  auto sax = ParseRecordText(ToJsonText(r));
+  ASSERT_TRUE(sax.ok()) << sax.status();
+  EXPECT_EQ(sax->interface, "egl-x-p0");
+  EXPECT_EQ(sax->ifindex, 77u);
+  r.ifindex = 0;  // none: no key written
+  EXPECT_FALSE(ToJson(r).contains("ifindex"));
+  EXPECT_EQ(ToJsonText(r).find("ifindex"), std::string::npos);
+}
+
 // The DNS endpoint in the shape the proxy reads: "dns": {"addr4", "addr6",
 // "port"}, an absent family left out; both readers agree, and a broken one
 // is refused.

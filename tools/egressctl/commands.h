@@ -47,6 +47,10 @@ struct SandboxFlags {
   std::string dns_endpoint6;        // --dns-endpoint6 ADDR (empty: none)
   bool audit_only = false;          // --audit-only (the deployment config must allow it)
   bool strict_audit = false;        // --strict-audit
+  // sandbox add --interface IFNAME | --interface-netns PATH (issue 17): the
+  // node end of the pod's veth, judged by the tc program too.
+  std::string interface;
+  std::string interface_netns;
 };
 
 // Where the socket-family hooks are missing: FailedPrecondition naming what

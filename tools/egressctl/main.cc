@@ -138,6 +138,13 @@ int main(int argc, char** argv) {
   AddSandboxFlags(add, add_sandbox);
   add->add_option("--netns", add_sandbox.netns, "The sandbox's network namespace (/proc/PID/ns/net or "
                                                 "/var/run/netns/NAME), recorded for the DNS proxy and audit");
+  auto* by_if = add->add_option("--interface", add_sandbox.interface,
+                                "Judge the sandbox at this interface of the node's netns too (the node end of its "
+                                "pod's veth, or its VM's tap): every frame the pod sends, whatever sends it "
+                                "(gVisor, a guest kernel, a packet socket), by the same policy");
+  add->add_option("--interface-netns", add_sandbox.interface_netns,
+                  "As --interface, the node end of the one veth in this network namespace (the pod's)")
+      ->excludes(by_if);
   add->add_flag("--require-socket-containment", add_flags.require_socket_containment,
                 "Refuse where packet/AF_XDP/AF_VSOCK sockets and abstract unix peers cannot be judged (no bpf "
                 "LSM): the default, exit code 3");

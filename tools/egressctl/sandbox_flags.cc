@@ -7,6 +7,7 @@
 #include "userspace/common/errors.h"
 #include "userspace/common/node.h"
 #include "userspace/net/ip.h"
+#include "userspace/net/sandbox_interface.h"
 
 namespace egressd::cli {
 
@@ -37,6 +38,16 @@ absl::StatusOr<control::SandboxSpec> MakeSandboxSpec(const SandboxFlags& flags, 
   control::SandboxSpec spec{.cgroup_id = cgroup_id, .cgroup_path = path};
   EGR_ASSIGN_OR_RETURN(spec.labels, ParseLabels(flags));
   EGR_RETURN_IF_ERROR(ParseDnsEndpoints(flags, spec));
+  if (!flags.interface.empty() || !flags.interface_netns.empty()) {
+    EGR_ASSIGN_OR_RETURN(net::HostInterface hi, flags.interface.empty()
+                                                    ? net::HostInterfaceOfNetns(flags.interface_netns,
+                                                                                "--interface-netns")
+                                                    : net::ResolveHostInterface(flags.interface, "--interface"));
+    spec.interface = hi.name;
+    spec.ifindex = hi.ifindex;
+    spec.pod_addrs = hi.pod_addrs;
+    spec.pod_mac = hi.pod_mac;
+  }
   const std::string netns = flags.netns.empty() ? default_netns : flags.netns;
   if (netns.empty()) return spec;
   struct stat st {};

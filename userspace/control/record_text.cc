@@ -143,6 +143,11 @@ std::string ToJsonText(const SandboxRecord& r) {
     out += ",\"note\":";
     AppendString(out, r.note);
   }
+  if (r.ifindex) {
+    out += ",\"interface\":";
+    AppendString(out, r.interface);
+    absl::StrAppend(&out, ",\"ifindex\":", r.ifindex);
+  }
   out += "}\n";
   return out;
 }
@@ -241,6 +246,9 @@ class RecordSax : public nlohmann::json_sax<Json> {
       r_.pidns_dev = v;
     } else if (Is({"pidns_inode"})) {
       r_.pidns_inode = v;
+    } else if (Is({"ifindex"})) {
+      if (v > UINT32_MAX) return Fail("ifindex out of range");
+      r_.ifindex = static_cast<uint32_t>(v);
     } else if (Is({"dns", "port"}) && r_.dns) {
       if (v == 0 || v > 65535) return Fail(absl::StrCat("dns.port ", v, " out of range"));
       r_.dns->port = static_cast<uint16_t>(v);
@@ -294,6 +302,8 @@ bool RecordSax::string(string_t& s) {
   };
   if (Is({"cgroup_path"})) {
     r_.cgroup_path = std::move(s);
+  } else if (Is({"interface"})) {
+    r_.interface = std::move(s);
   } else if (Is({"dns", "addr4"}) && r_.dns) {
     return dns_addr(r_.dns->addr4);
   } else if (Is({"dns", "addr6"}) && r_.dns) {

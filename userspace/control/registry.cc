@@ -1,5 +1,8 @@
 #include "userspace/control/registry.h"
 
+#include "loader/tc_attach.h"
+#include "maps/if_sandbox_table.h"
+
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -106,6 +109,32 @@ absl::StatusOr<maps::PolicyId> FindEqualPolicy(const maps::PolicyStore& store, c
   return maps::PolicyId{0};
 }
 
+// egr_ifsbox_v1's entry of the sandbox's interface, then the tc program on
+// it (so it never runs there without the entry); a previous interface is
+// detached before its entry goes.
+static absl::Status PointInterface(const Paths& paths, uint64_t cg, maps::PolicyId id, const SandboxSpec& sandbox,
+                                   uint32_t old_ifindex) {
+  const uint32_t ifindex = sandbox.ifindex;
+  if (!ifindex && !old_ifindex) return absl::OkStatus();
+  EGR_ASSIGN_OR_RETURN(auto table, maps::IfSandboxTable::Open(paths.pin_root));
+  if (old_ifindex && old_ifindex != ifindex) {
+    EGR_RETURN_IF_ERROR(DetachTcIngress(old_ifindex));
+    EGR_RETURN_IF_ERROR(table.Remove(old_ifindex));
+    EGR_RETURN_IF_ERROR(table.RemovePod(old_ifindex));
+  }
+  if (!ifindex) return absl::OkStatus();
+  EGR_RETURN_IF_ERROR(table.SetPod(ifindex, sandbox.pod_mac, sandbox.pod_addrs));
+  EGR_RETURN_IF_ERROR(table.Set(ifindex, egr_cgroup_val{.kind = EGR_CG_SANDBOX, .policy_id = id, .sandbox_id = cg}));
+  return AttachTcIngress(paths, ifindex);
+}
+
+static absl::Status UnpointInterface(const Paths& paths, uint32_t ifindex) {
+  EGR_ASSIGN_OR_RETURN(auto table, maps::IfSandboxTable::Open(paths.pin_root));
+  EGR_RETURN_IF_ERROR(DetachTcIngress(ifindex));
+  EGR_RETURN_IF_ERROR(table.Remove(ifindex));
+  return table.RemovePod(ifindex);
+}
+
 // One locked read-modify-write over the instance's maps and records.
 template <typename Fn>
 absl::Status Registry::Locked(Fn fn) {
@@ -145,7 +174,9 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
                          .pidns_dev = old_record ? old_record->pidns_dev : 0,
                          .pidns_inode = old_record ? old_record->pidns_inode : 0,
                          .current = {id, p},
-                         .dns = endpoint};
+                         .dns = endpoint,
+                         .interface = sandbox.interface,
+                         .ifindex = sandbox.ifindex};
     const policy::CompiledPolicy* old_policy = flip ? KnownPolicy(old_record, old->policy_id) : nullptr;
     if (flip) {
       record.previous = PolicyRef{old->policy_id, old_policy ? std::optional(*old_policy) : std::nullopt};
@@ -194,6 +225,11 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
       return s;
     }
     CrashPoint(step + ":after-flip");
+    // 3b. Its interface (issue 17) judged by the same policy, the tc program
+    // attached once its entry is there; an interface it no longer has goes.
+    if (s = PointInterface(paths_, cg, id, sandbox, old_record ? old_record->ifindex : 0); !s.ok()) {
+      return s;
+    }
     // An answer the proxy finished under the old names while the flip
     // landed: gone too, before the apply returns.
     if (flip) EGR_RETURN_IF_ERROR(env.resolved.KeepRules(cg, rules).status());
@@ -214,6 +250,7 @@ absl::Status Registry::Unregister(uint64_t cgroup_id) {
   return Locked([&](Env env) -> absl::Status {
     EGR_ASSIGN_OR_RETURN(auto old, env.table.Get(cgroup_id));
     EGR_ASSIGN_OR_RETURN(auto record, OwnRecord(env.records, cgroup_id));
+    if (record && record->ifindex) EGR_RETURN_IF_ERROR(UnpointInterface(paths_, record->ifindex));
     if (old) {
       EGR_RETURN_IF_ERROR(env.table.Remove(cgroup_id));
       CrashPoint("remove:after-unregister");

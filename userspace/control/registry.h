@@ -46,6 +46,13 @@ struct SandboxSpec {
   // netns).  Neither: the sandbox gets no endpoint and its DNS is refused.
   // The port is the registry's to choose (kDnsPortFirst..kDnsPortLast).
   std::optional<net::IpAddr> dns_addr4, dns_addr6;
+  // Registered by interface as well (issue 17): the node end of the pod's
+  // veth, where the tc program judges every frame the pod sends.  0: none.
+  std::string interface;
+  uint32_t ifindex = 0;
+  // Its sources for anti-spoofing there (net::HostInterface); none: unchecked.
+  std::vector<net::IpAddr> pod_addrs;
+  std::optional<std::array<uint8_t, 6>> pod_mac;
 };
 
 // The ports DNS endpoints are allocated from, one per sandbox of a node (the

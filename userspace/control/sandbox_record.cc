@@ -212,6 +212,10 @@ json ToJson(const SandboxRecord& r) {
     j["dns"] = d;
   }
   if (!r.note.empty()) j["note"] = r.note;
+  if (r.ifindex) {
+    j["interface"] = r.interface;
+    j["ifindex"] = r.ifindex;
+  }
   return j;
 }
 
@@ -231,6 +235,8 @@ absl::StatusOr<SandboxRecord> SandboxRecordFromJson(const json& j) {
   r.netns_inode = j.value("netns_inode", uint64_t{0});
   r.pidns_dev = j.value("pidns_dev", uint64_t{0});
   r.pidns_inode = j.value("pidns_inode", uint64_t{0});
+  r.interface = j.value("interface", std::string());
+  r.ifindex = j.value("ifindex", uint32_t{0});
   if (!j.contains("current")) return Bad("record: no current policy");
   EGR_ASSIGN_OR_RETURN(r.current, RefFromJson(j["current"]));
   if (j.contains("previous") && !j["previous"].is_null()) {

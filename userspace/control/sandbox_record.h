@@ -69,6 +69,10 @@ struct SandboxRecord {
   std::optional<maps::DnsEndpoint> dns;
   // Set by a reconcile that had to guess or repair, saying what it did.
   std::string note;
+  // The host-side interface the sandbox is judged at too (SandboxSpec's);
+  // stored as "interface" and "ifindex", absent when there is none.
+  std::string interface;
+  uint32_t ifindex = 0;
 };
 
 nlohmann::json ToJson(const SandboxRecord& r);

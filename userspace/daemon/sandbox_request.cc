@@ -155,6 +155,11 @@ absl::StatusOr<SandboxRequest> ParseSandboxRequest(const std::string& body) {
   if (auto v = r.String("dns_endpoint4")) out.dns_endpoint4 = *v;
   if (auto v = r.String("dns_endpoint6")) out.dns_endpoint6 = *v;
   out.require_socket_containment = r.Bool("require_socket_containment");
+  if (auto v = r.String("interface")) out.interface = *v;
+  if (auto v = r.String("interface_netns")) out.interface_netns = *v;
+  if (!out.interface.empty() && !out.interface_netns.empty()) {
+    r.Error("interface_netns", "and field interface: give one of the two");
+  }
   r.Unknown();
   if (!r.errors().empty()) return absl::InvalidArgumentError(absl::StrJoin(r.errors(), "\n"));
   return out;
@@ -195,6 +200,8 @@ nlohmann::json ToJson(const SandboxRequest& r) {
   if (!r.dns_endpoint4.empty()) j["dns_endpoint4"] = r.dns_endpoint4;
   if (!r.dns_endpoint6.empty()) j["dns_endpoint6"] = r.dns_endpoint6;
   if (r.require_socket_containment) j["require_socket_containment"] = true;
+  if (!r.interface.empty()) j["interface"] = r.interface;
+  if (!r.interface_netns.empty()) j["interface_netns"] = r.interface_netns;
   return j;
 }
 

@@ -44,6 +44,9 @@ struct SandboxRequest {
   bool strict_audit = false;
   std::string dns_endpoint4, dns_endpoint6;  // empty: the config's dns.endpoint4/6
   bool require_socket_containment = false;   // refuse even where the daemon accepts uncontained
+  // Judged at the node end of its pod's veth too (issue 17): by name, or the
+  // one veth of this netns; at most one of the two.
+  std::string interface, interface_netns;
 };
 
 // A sandbox id: 1 to 63 of [A-Za-z0-9._-], starting with a letter or digit

@@ -23,6 +23,7 @@
 #include "userspace/audit/lifecycle.h"
 #include "userspace/common/cgroup_tree.h"
 #include "userspace/common/errors.h"
+#include "userspace/net/sandbox_interface.h"
 #include "userspace/common/instance_lock.h"
 #include "userspace/control/reconcile.h"
 #include "userspace/control/registry.h"
@@ -198,6 +199,20 @@ Response Daemon::Apply(const std::string& id, const SandboxRequest& req) {
   } else if (auto s = CheckDepth(req.cgroup); !s.ok()) {
     if (!absl::IsInvalidArgument(s)) return FromStatus(s);
     bad.emplace_back(s.message());
+  }
+  if (!req.interface.empty() || !req.interface_netns.empty()) {
+    auto hi = req.interface.empty() ? net::HostInterfaceOfNetns(req.interface_netns, "field interface_netns")
+                                    : net::ResolveHostInterface(req.interface, "field interface");
+    if (hi.ok()) {
+      spec.interface = hi->name;
+      spec.ifindex = hi->ifindex;
+      spec.pod_addrs = hi->pod_addrs;
+      spec.pod_mac = hi->pod_mac;
+    } else if (absl::IsInvalidArgument(hi.status())) {
+      bad.emplace_back(hi.status().message());
+    } else {
+      return FromStatus(hi.status());
+    }
   }
   if (!bad.empty()) return FromStatus(absl::InvalidArgumentError(absl::StrJoin(bad, "\n")));
   spec.cgroup_id = *cgid;

@@ -1,0 +1,219 @@
+#include "userspace/net/sandbox_interface.h"
+
+#include <fcntl.h>
+#include <linux/if_link.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace egressd::net {
+namespace {
+
+absl::Status SysError(int err, const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(err), " (errno ", err, ")"));
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+struct LinkInfo {
+  uint32_t ifindex = 0;
+  std::string name, kind;
+  std::optional<std::array<uint8_t, 6>> mac;
+  uint32_t link = 0;  // IFLA_LINK: a veth's peer's ifindex (in the peer's netns)
+};
+
+// Every link of the calling thread's netns (an RTM_GETLINK dump).
+absl::StatusOr<std::vector<LinkInfo>> DumpLinks() {
+  Fd s{socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE)};
+  if (s.fd < 0) return SysError(errno, "netlink socket");
+  struct {
+    nlmsghdr h;
+    ifinfomsg i;
+  } req{};
+  req.h.nlmsg_len = sizeof(req);
+  req.h.nlmsg_type = RTM_GETLINK;
+  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  req.h.nlmsg_seq = 1;
+  req.i.ifi_family = AF_UNSPEC;
+  if (send(s.fd, &req, sizeof(req), 0) < 0) return SysError(errno, "netlink RTM_GETLINK");
+  std::vector<LinkInfo> out;
+  std::vector<char> buf(64 * 1024);
+  for (;;) {
+    ssize_t n = recv(s.fd, buf.data(), buf.size(), 0);
+    if (n < 0) return SysError(errno, "netlink receive");
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, static_cast<uint32_t>(n));
+         h = NLMSG_NEXT(h, n)) {
+      if (h->nlmsg_type == NLMSG_DONE) return out;
+      if (h->nlmsg_type == NLMSG_ERROR) {
+        auto* e = static_cast<nlmsgerr*>(NLMSG_DATA(h));
+        return SysError(-e->error, "netlink RTM_GETLINK");
+      }
+      if (h->nlmsg_type != RTM_NEWLINK) continue;
+      auto* ifi = static_cast<ifinfomsg*>(NLMSG_DATA(h));
+      LinkInfo li{.ifindex = static_cast<uint32_t>(ifi->ifi_index)};
+      int len = static_cast<int>(IFLA_PAYLOAD(h));
+      for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+        if (a->rta_type == IFLA_IFNAME) li.name = static_cast<const char*>(RTA_DATA(a));
+        if (a->rta_type == IFLA_LINK) std::memcpy(&li.link, RTA_DATA(a), 4);
+        if (a->rta_type == IFLA_ADDRESS && RTA_PAYLOAD(a) == 6) {
+          std::array<uint8_t, 6> m;
+          std::memcpy(m.data(), RTA_DATA(a), 6);
+          li.mac = m;
+        }
+        if (a->rta_type == IFLA_LINKINFO) {
+          int l2 = static_cast<int>(RTA_PAYLOAD(a));
+          for (auto* b = static_cast<rtattr*>(RTA_DATA(a)); RTA_OK(b, l2); b = RTA_NEXT(b, l2)) {
+            if (b->rta_type == IFLA_INFO_KIND) li.kind = static_cast<const char*>(RTA_DATA(b));
+          }
+        }
+      }
+      out.push_back(li);
+    }
+  }
+}
+
+// Host routes (/32, /128) of the main table through `ifindex`: the pod's
+// addresses as the node routes them.
+absl::StatusOr<std::vector<IpAddr>> HostRoutesVia(uint32_t ifindex) {
+  std::vector<IpAddr> out;
+  for (uint8_t family : {uint8_t{AF_INET}, uint8_t{AF_INET6}}) {
+    Fd s{socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE)};
+    if (s.fd < 0) return SysError(errno, "netlink socket");
+    struct {
+      nlmsghdr h;
+      rtmsg r;
+    } req{};
+    req.h.nlmsg_len = sizeof(req);
+    req.h.nlmsg_type = RTM_GETROUTE;
+    req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+    req.h.nlmsg_seq = 1;
+    req.r.rtm_family = family;
+    if (send(s.fd, &req, sizeof(req), 0) < 0) return SysError(errno, "netlink RTM_GETROUTE");
+    std::vector<char> buf(64 * 1024);
+    for (bool done = false; !done;) {
+      ssize_t n = recv(s.fd, buf.data(), buf.size(), 0);
+      if (n < 0) return SysError(errno, "netlink receive");
+      for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, static_cast<uint32_t>(n));
+           h = NLMSG_NEXT(h, n)) {
+        if (h->nlmsg_type == NLMSG_DONE) {
+          done = true;
+          break;
+        }
+        if (h->nlmsg_type == NLMSG_ERROR) return SysError(-static_cast<nlmsgerr*>(NLMSG_DATA(h))->error, "netlink RTM_GETROUTE");
+        if (h->nlmsg_type != RTM_NEWROUTE) continue;
+        auto* rt = static_cast<rtmsg*>(NLMSG_DATA(h));
+        const unsigned full = family == AF_INET ? 32 : 128;
+        if (rt->rtm_table != RT_TABLE_MAIN || rt->rtm_dst_len != full || rt->rtm_type != RTN_UNICAST) continue;
+        uint32_t oif = 0;
+        std::array<uint8_t, 16> dst{};
+        bool has_dst = false;
+        int len = static_cast<int>(RTM_PAYLOAD(h));
+        for (auto* a = RTM_RTA(rt); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+          if (a->rta_type == RTA_OIF) std::memcpy(&oif, RTA_DATA(a), 4);
+          if (a->rta_type == RTA_DST && RTA_PAYLOAD(a) == full / 8) {
+            std::memcpy(dst.data(), RTA_DATA(a), full / 8);
+            has_dst = true;
+          }
+        }
+        if (oif != ifindex || !has_dst) continue;
+        if (family == AF_INET) {
+          out.push_back(IpAddr::V4({dst[0], dst[1], dst[2], dst[3]}));
+        } else {
+          out.push_back(IpAddr::V6(dst));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<HostInterface> ResolveHostInterface(const std::string& ifname, const std::string& what) {
+  const auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " \"", ifname, "\" ", why));
+  };
+  if (ifname.empty() || ifname.size() >= IFNAMSIZ || ifname.find('/') != std::string::npos) {
+    return bad("is not an interface name");
+  }
+  const unsigned idx = if_nametoindex(ifname.c_str());
+  if (idx == 0) return bad("is not an interface of the node's network namespace");
+  auto links = DumpLinks();
+  if (!links.ok()) return links.status();
+  std::string kind;
+  for (const auto& l : *links) {
+    if (l.ifindex == idx) kind = l.kind;
+  }
+  // Only a sandbox's own link: judging the node's uplink (or a bridge) as one
+  // sandbox would apply its policy to everything the node forwards.
+  if (kind != "veth" && kind != "tun") {
+    return bad(absl::StrCat("is ", kind.empty() ? "no veth" : absl::StrCat("a ", kind, " interface"),
+                            "; a sandbox is registered by the node end of its veth (or its VM's tap)"));
+  }
+  HostInterface hi{.name = ifname, .ifindex = idx};
+  auto addrs = HostRoutesVia(idx);
+  if (!addrs.ok()) return addrs.status();
+  hi.pod_addrs = std::move(*addrs);
+  return hi;
+}
+
+absl::StatusOr<HostInterface> HostInterfaceOfNetns(const std::string& netns_path, const std::string& what) {
+  struct statfs fs {};
+  if (statfs(netns_path.c_str(), &fs) != 0 || fs.f_type != 0x6e736673 /* NSFS_MAGIC */) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " \"", netns_path, "\" is not a network namespace"));
+  }
+  // setns in a thread of its own: the caller's threads stay in the node's netns.
+  absl::StatusOr<std::vector<LinkInfo>> pod_links = absl::InternalError("not run");
+  std::thread t([&] {
+    Fd ns{open(netns_path.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (ns.fd < 0 || setns(ns.fd, CLONE_NEWNET) != 0) {
+      pod_links = SysError(errno, absl::StrCat("enter network namespace ", netns_path));
+      return;
+    }
+    pod_links = DumpLinks();
+  });
+  t.join();
+  if (!pod_links.ok()) return pod_links.status();
+  std::vector<LinkInfo> veths;
+  for (const auto& l : *pod_links) {
+    if (l.kind == "veth" && l.link != 0) veths.push_back(l);
+  }
+  if (veths.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " \"", netns_path, "\" has ", veths.size(),
+                                                   " veth interfaces; exactly one is needed (or name the node end "
+                                                   "with interface)"));
+  }
+  auto node_links = DumpLinks();
+  if (!node_links.ok()) return node_links.status();
+  for (const auto& l : *node_links) {
+    if (l.ifindex == veths[0].link && l.kind == "veth" && l.link == veths[0].ifindex) {
+      HostInterface hi{.name = l.name, .ifindex = l.ifindex, .pod_mac = veths[0].mac};
+      auto addrs = HostRoutesVia(l.ifindex);
+      if (!addrs.ok()) return addrs.status();
+      hi.pod_addrs = std::move(*addrs);
+      return hi;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(what, " \"", netns_path, "\": the peer of its ", veths[0].name,
+                                                 " (ifindex ", veths[0].link,
+                                                 ") is not a veth of the node's network namespace"));
+}
+
+}  // namespace egressd::net
