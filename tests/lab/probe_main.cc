@@ -109,6 +109,7 @@ Options (after the operation's arguments):
   --timeout-ms N (connect/echo deadline, default 2000)  --wait-ms N (UDP/ICMP echo
   wait, default 300)  --payload TEXT (default "ping\n")  --interval-ms N  --count N
   --connect-timeout-ms N  --rh-type N  --udp  --udp-connected  --tcp  --strict  --create
+  --source ADDR --source-mac MAC (packet-udp: a forged IPv4 source / source MAC)
 )";
 
 enum class Arg { kAddr, kAddr4, kAddr6, kPort, kList, kText, kInt };
@@ -172,7 +173,8 @@ const std::vector<OpSpec>& Specs() {
 
 const std::set<std::string> kValueOpts = {"timeout-ms", "wait-ms", "payload", "interval-ms",
                                           "count", "connect-timeout-ms", "rh-type",
-                                          "api", "source", "hold-ms", "via", "ifname", "type", "window"};
+                                          "api", "source", "hold-ms", "via", "ifname", "type", "window",
+                                          "source-mac"};
 const std::set<std::string> kIntOpts = {"timeout-ms", "wait-ms", "interval-ms", "count",
                                         "connect-timeout-ms", "rh-type", "hold-ms", "type", "window"};
 const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create", "dgram",

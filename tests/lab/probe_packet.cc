@@ -229,6 +229,16 @@ void OpPacketUdp(const Op& op) {
   j.Str("socket", "created");
   Iface ifc;
   if (int e = LookupIface(fd.get(), ifname, &ifc)) return j.Err(e, "ioctl").Emit();
+  // A forged source (--source ADDR, --source-mac MAC): what a pod would
+  // send to impersonate another.
+  if (const std::string src = op.Str("source", ""); !src.empty()) {
+    if (inet_pton(AF_INET, src.c_str(), &ifc.addr) != 1) return j.Err(EINVAL, "source").Emit();
+    j.Str("source", src);
+  }
+  if (const std::string smac = op.Str("source-mac", ""); !smac.empty()) {
+    if (!ParseMac(smac, ifc.mac)) return j.Err(EINVAL, "source-mac").Emit();
+    j.Str("source_mac", smac);
+  }
   sockaddr_ll ll{};
   ll.sll_family = AF_PACKET;
   ll.sll_protocol = htons(ETH_P_IP);
