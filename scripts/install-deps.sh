@@ -44,6 +44,10 @@ packages=(
   libnetfilter-log-dev
   # tests/priv/daemon_endpoints_test: the daemon's /metrics scrape and a sandboxed API caller
   curl
+  # the image (deploy/image/build.sh: a Debian root filesystem, imported and
+  # run by podman + crun: tests/priv/image_test.cc) and the lab's gVisor pod
+  # (runsc, --platform=ptrace: tests/lab/gvisor_pod.h)
+  mmdebstrap podman crun runsc
 )
 
 missing=()

@@ -6,13 +6,36 @@
 # (read at run time); podman imports it as localhost/egressd-base:bookworm and
 # builds deploy/image/Containerfile on it.  Needs: mmdebstrap, podman (Debian
 # 12's), a reachable Debian mirror (the one in /etc/apt/sources.list.d).
-#   deploy/image/build.sh [BUILD_DIR]    (default: build)
+#
+# Cached by its inputs: the image carries a label hashing the binaries, this
+# script, the Containerfile and the libraries they load (checked first, in a
+# few seconds); the base one hashing mmdebstrap's command line and the packages'
+# names and versions (the host's, which the binaries were linked against), so new
+# binaries on unchanged packages reuse the root filesystem.  A run whose inputs match rebuilds nothing (CI's priv test
+# calls it on every run: tests/priv/image_test.cc).  --force rebuilds both.
+#   deploy/image/build.sh [--force] [BUILD_DIR]    (default: build)
+# Exit 2: a missing binary or tool; 1: the mirror or podman failed.
 set -euo pipefail
+force=0
+[[ ${1:-} == --force ]] && { force=1; shift; }
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 bdir=${1:-$repo/build}
 bins=("$bdir/tools/egressd/egressd" "$bdir/tools/egressctl/egressctl")
 for b in "${bins[@]}"; do [[ -x $b ]] || { echo "build.sh: $b missing: run scripts/build.sh" >&2; exit 2; }; done
-for t in mmdebstrap podman; do command -v $t >/dev/null || { echo "build.sh: $t missing (apt-get install $t)" >&2; exit 2; }; done
+for t in mmdebstrap podman; do command -v $t >/dev/null || { echo "build.sh: $t missing (scripts/install-deps.sh installs it)" >&2; exit 2; }; done
+start=$SECONDS
+label() { podman image inspect "$1" --format "{{index .Labels \"$2\"}}" 2>/dev/null || true; }
+
+# The image's inputs, cheaply: the binaries, this script, the Containerfile
+# and every shared library the binaries load (path, size, mtime: a package
+# upgrade changes them).  Checked before anything costly.
+libs=$(for b in "${bins[@]}"; do ldd "$b" | awk '/=>/ {print $3}'; done | sort -u)
+key=$( { sha256sum "${bins[@]}" "$0" "$repo/deploy/image/Containerfile" | cut -d' ' -f1
+         for l in $libs; do stat -L -c '%n %s %Y' "$l"; done; } | sha256sum | cut -c1-32)
+if ((!force)) && [[ $(label localhost/egressd:latest org.egressd.inputs) == "$key" ]]; then
+  echo "build.sh: localhost/egressd:latest is current (inputs $key), $((SECONDS - start)) s"
+  exit 0
+fi
 
 # The package of each shared library the binaries load (merged /usr: dpkg
 # knows some by their /lib path, some by /usr/lib).
@@ -22,17 +45,32 @@ while read -r lib; do
   p=$(dpkg -S "$real" 2>/dev/null || dpkg -S "${real#/usr}" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true)
   [[ -n $p ]] || { echo "build.sh: no Debian package holds $lib" >&2; exit 1; }
   pkgs+=("${p%%:*}")
-done < <(for b in "${bins[@]}"; do ldd "$b" | awk '/=>/ {print $3}'; done | sort -u)
+done <<<"$libs"
 mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
 
 work=$(mktemp -d /tmp/egressd-image.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-echo "build.sh: rootfs with ${pkgs[*]}"
-mmdebstrap --quiet --variant=minbase --include="$(IFS=,; echo "${pkgs[*]}")" \
-  --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*' \
-  bookworm "$work/rootfs.tar"
-podman import --quiet "$work/rootfs.tar" localhost/egressd-base:bookworm >/dev/null
+
+# The root filesystem's inputs: mmdebstrap's command line and the packages'
+# versions (bump the "v1" when what is done to the tree changes).
+mm=(mmdebstrap --quiet --variant=minbase --include="$(IFS=,; echo "${pkgs[*]}")"
+    --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*' bookworm)
+base_key=$( { echo v1 "${mm[@]}"; dpkg-query -W -f='${Package}=${Version}\n' "${pkgs[@]}"; } | sha256sum | cut -c1-32)
+if ((force)) || [[ $(label localhost/egressd-base:bookworm org.egressd.inputs) != "$base_key" ]]; then
+  echo "build.sh: rootfs with ${pkgs[*]}"
+  if ! "${mm[@]}" "$work/rootfs.tar" 2>"$work/mmdebstrap.err"; then
+    cat "$work/mmdebstrap.err" >&2
+    echo "build.sh: mmdebstrap could not make the root filesystem from the Debian mirror (above); no image built" >&2
+    exit 1
+  fi
+  podman import --quiet --change "LABEL org.egressd.inputs=$base_key" "$work/rootfs.tar" \
+    localhost/egressd-base:bookworm >/dev/null
+else
+  echo "build.sh: localhost/egressd-base:bookworm is current (inputs $base_key)"
+fi
+
 cp "${bins[@]}" "$repo/deploy/image/Containerfile" "$work/"
 strip --strip-debug "$work/egressd" "$work/egressctl"
-podman build --quiet --pull=never -t localhost/egressd:latest -f "$work/Containerfile" "$work"
-podman image inspect localhost/egressd:latest --format 'build.sh: {{.Id}} {{.Size}} bytes'
+podman build --quiet --pull=never --label "org.egressd.inputs=$key" -t localhost/egressd:latest \
+  -f "$work/Containerfile" "$work" >/dev/null
+podman image inspect localhost/egressd:latest --format "build.sh: {{.Id}} {{.Size}} bytes, inputs $key, $((SECONDS - start)) s"
