@@ -16,12 +16,14 @@
 #     outright ("cgroups in hybrid mode not supported, drop all controllers
 #     from cgroupv2"), whatever the cgroup manager.  Rather than move a
 #     controller on the host, podman runs in a private mount namespace whose
-#     /sys/fs/cgroup is the cgroup2 mount (crun sees a unified host), with
-#     --cgroups=disabled: crun then creates no cgroup (its cgroup2 device
-#     filter would need RLIMIT_MEMLOCK raised, CAP_SYS_RESOURCE again) and the
-#     container stays in the caller's cgroup.  A volume whose source is
-#     /sys/fs/cgroup gets the host's real tree (bound aside before the
-#     overmount), so the container sees the host's cgroup paths.
+#     /sys/fs/cgroup holds the v1 hierarchies only (crun and podman see a
+#     legacy host and make the container's cgroups there).  Not the cgroup2
+#     view: crun's cgroup2 device filter is a BPF program, for which it raises
+#     RLIMIT_MEMLOCK (CAP_SYS_RESOURCE again), and without cgroups podman
+#     refuses --pid host, which the DaemonSet has.  The container's cgroup2
+#     cgroup is then its caller's (crun moves nothing there).  A volume whose
+#     source is /sys/fs/cgroup gets the host's real tree (bound aside first),
+#     so the container sees the host's cgroup paths, cgroup2 included.
 #  Usage: deploy/image/podman.sh run|create|exec|... ARGS
 set -euo pipefail
 
@@ -40,7 +42,12 @@ fi
 args=("$@")
 if [[ ${EGRESSD_PODMAN_NS:-} == 1 ]]; then
   mountpoint -q "$aside" || mount --rbind /sys/fs/cgroup "$aside"
-  mount --bind /sys/fs/cgroup/unified /sys/fs/cgroup
+  mount -t tmpfs -o mode=0755 egressd-podman /sys/fs/cgroup
+  for d in "$aside"/*; do
+    [[ $(stat -f -c %T "$d") == cgroupfs ]] || continue
+    mkdir "/sys/fs/cgroup/${d##*/}"
+    mount --bind "$d" "/sys/fs/cgroup/${d##*/}"
+  done
   for i in "${!args[@]}"; do
     case ${args[$i]} in
       /sys/fs/cgroup:*) args[$i]=$aside:${args[$i]#/sys/fs/cgroup:} ;;
@@ -55,7 +62,6 @@ case ${args[0]:-} in
     nofile=$(min "$(ulimit -Hn)" 1048576)
     nproc=$(min "$(ulimit -Hu)" 32768)
     extra=(--ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc")
-    [[ ${EGRESSD_PODMAN_NS:-} == 1 ]] && extra+=(--cgroups=disabled)
     args=("${args[0]}" "${extra[@]}" "${args[@]:1}")
     ;;
 esac
