@@ -27,6 +27,12 @@
 #                          issue 15's figure (bench/migrate_bench.cc): a load
 #                          migrating 100k (--quick 10k) learned addresses from
 #                          egr_resolved_v1: <date>-migrate.json and .md
+#   bench/run.sh [--quick] --only handover
+#                          issue 15's hand-over figures: the hand-over test
+#                          (tests/priv/daemon_handover_test.cc) run 5 times
+#                          (--quick 1): queries lost and wrong, query time
+#                          p50/p99 before and during, time from the new
+#                          daemon's start to serving: <date>-handover.json and .md
 # Run as root (the lab builds namespaces; egressd loads BPF).  Never a
 # pass/fail on a time: exit 0 when every measurement ran.
 set -euo pipefail
@@ -39,8 +45,8 @@ while (($#)); do
   case $1 in
     --quick) quick=(--quick) ;;
     --only)
-      if [[ ${2:-} != dns && ${2:-} != dnsspeed && ${2:-} != audit-nflog && ${2:-} != daemon-apply && ${2:-} != migrate ]]; then
-        echo "bench/run.sh: --only takes \"dns\", \"dnsspeed\", \"audit-nflog\", \"daemon-apply\" or \"migrate\" (got \"${2:-}\")" >&2
+      if [[ ${2:-} != dns && ${2:-} != dnsspeed && ${2:-} != audit-nflog && ${2:-} != daemon-apply && ${2:-} != migrate && ${2:-} != handover ]]; then
+        echo "bench/run.sh: --only takes \"dns\", \"dnsspeed\", \"audit-nflog\", \"daemon-apply\", \"migrate\" or \"handover\" (got \"${2:-}\")" >&2
         exit 2
       fi
       only=(--only "$2")
@@ -55,7 +61,7 @@ while (($#)); do
       shift
       ;;
     *)
-      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed|audit-nflog|daemon-apply|migrate] [--sandboxes N])" >&2
+      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed|audit-nflog|daemon-apply|migrate|handover] [--sandboxes N])" >&2
       exit 2
       ;;
   esac
@@ -95,6 +101,34 @@ else
 fi
 mkdir -p "$out"
 stamp=$(date -u +%Y-%m-%d)
+if [[ ${only[1]:-} == handover ]]; then
+  # The hand-over under query, connect and audit loops, as the test runs it;
+  # each run's figures one JSON line, the table their rows.
+  cmake --build "$build" --target daemon_handover_test egressd egressctl egressd-probe >/dev/null
+  runs=5
+  if ((${#quick[@]})); then runs=1; fi
+  : >"$out/$stamp-handover.json"
+  for ((i = 1; i <= runs; i++)); do
+    fig=$(mktemp /tmp/egr-handover-XXXXXX.json)
+    EGRESSD_HANDOVER_FIGURES=$fig REQUIRE_BPF=1 "$build/tests/priv/daemon_handover_test" \
+      --gtest_filter='*TakesOverUnderQuery*' >"$out/$stamp-handover-run$i.log" 2>&1 ||
+      { echo "bench/run.sh: hand-over run $i failed: $out/$stamp-handover-run$i.log" >&2; rm -f "$fig"; exit 1; }
+    cat "$fig" >>"$out/$stamp-handover.json"
+    rm -f "$fig"
+  done
+  python3 - "$out/$stamp-handover.json" >"$out/$stamp-handover.md" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print("| run | queries | lost | wrong | query ms p50/p99 before | p50/p99 during (n) | start to serving ms | start to old exit ms |")
+print("|---|---|---|---|---|---|---|---|")
+for i, r in enumerate(rows, 1):
+    print(f"| {i} | {r['queries']} | {r['lost']} | {r['wrong']} | {r['p50_before_ms']}/{r['p99_before_ms']} | "
+          f"{r['p50_during_ms']}/{r['p99_during_ms']} ({r['during_n']}) | {r['start_to_serving_ms']} | {r['start_to_old_exit_ms']} |")
+PY
+  echo "bench/run.sh: $out/$stamp-handover.json, $out/$stamp-handover.md"
+  cat "$out/$stamp-handover.md"
+  exit 0
+fi
 if [[ ${only[1]:-} == daemon-apply ]]; then
   # The daemon's apply beside the incumbent's per-pod nft -f: its own table.
   if [[ ! -x $build/bench/daemon_apply_bench ]]; then

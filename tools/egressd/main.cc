@@ -198,6 +198,9 @@ int main(int argc, char** argv) {
   // SIGHUP re-reads --config (Daemon::Reload); caught from here on, so one
   // during start-up waits for the loop instead of killing the daemon.
   boost::asio::signal_set hup(io, SIGHUP);
+  // Superseded by a new daemon (a rolling update): it serves our sockets
+  // and every query we read is answered, so this one exits.
+  o.on_superseded = [&] { io.stop(); };
   auto d = daemon::Daemon::Create(io, o);
   if (!d.ok()) {
     std::fprintf(stderr, "egressd: %s\n", d.status().ToString().c_str());
@@ -209,7 +212,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::function<void()> await_hup = [&] {
     hup.async_wait([&](const boost::system::error_code& ec, int) {
-      if (ec) return;
+      if (ec || (*d)->superseded()) return;  // superseded: the new daemon's config counts
       daemon::Response r = (*d)->Reload("SIGHUP");
       // For whoever waits on it, as "ready:" is: the reload's HTTP status
       // and its answer on one line.

@@ -28,6 +28,7 @@ AuditHost::~AuditHost() {
 void AuditHost::Start() { Tick(); }
 
 void AuditHost::Tick() {
+  if (released_) return;
   absl::Status s = exporter_ ? CloseWindow() : TryHold();
   if (!s.ok()) Drop(s);
   if (on_written_) on_written_();
@@ -103,6 +104,23 @@ absl::Status AuditHost::CloseWindow() {
   // User-space sources' lines (the DNS proxy's, the lifecycle's).
   EGR_RETURN_IF_ERROR(audit::IngestPending(paths_, *exporter_));
   return exporter_->OnWindow(counts, closing);
+}
+
+absl::StatusOr<uint64_t> AuditHost::Release() {
+  released_ = true;
+  timer_.cancel();
+  if (!exporter_) return uint64_t{0};
+  absl::Status s = CloseWindow();
+  const uint64_t seq = exporter_->seq();
+  Drop(absl::UnavailableError("handed over"));
+  if (!s.ok()) return s;
+  return seq;
+}
+
+void AuditHost::TryNow() {
+  if (exporter_ || released_) return;
+  timer_.cancel();
+  Tick();
 }
 
 }  // namespace egressd::daemon

@@ -39,6 +39,14 @@ class AuditHost {
   // written to the spools; GET /v1/audit's followers read them), also while
   // another process holds the lock and writes them.
   void OnWritten(std::function<void()> f) { on_written_ = std::move(f); }
+  // The hand-over (handover.h).  Release: the last window (what the ring
+  // holds is exported, the state file has the last seq and every pending
+  // file's offset), then the lock goes and no more is read; returns the
+  // last seq.  TryNow: tries for the lock at once (the old daemon released
+  // it), not at the next window.
+  absl::StatusOr<uint64_t> Release();
+  void TryNow();
+  bool released() const { return released_; }
 
  private:
   void Tick();
@@ -58,6 +66,7 @@ class AuditHost {
   std::unique_ptr<boost::asio::posix::stream_descriptor> readable_;
   absl::Status failed_, last_error_;
   std::function<void()> on_written_;
+  bool released_ = false;
 };
 
 }  // namespace egressd::daemon

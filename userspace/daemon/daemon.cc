@@ -43,7 +43,8 @@ Daemon::~Daemon() {
   proxy_ = nullptr;
   resolved_ = nullptr;
   dns_host_.reset();
-  unlink(socket_path_.c_str());
+  // Superseded: the socket file is the new daemon's.
+  if (!superseded_) unlink(socket_path_.c_str());
 }
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(boost::asio::io_context& io, DaemonOptions options) {
@@ -68,8 +69,9 @@ absl::Status Daemon::Start() {
   daemon_lock_.reset(open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!daemon_lock_.valid()) return ErrnoStatus(errno, absl::StrCat("open ", lock_path));
   if (flock(daemon_lock_.get(), LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EWOULDBLOCK) return absl::UnavailableError(absl::StrCat("another egressd serves this instance (", lock_path, " is held)"));
-    return ErrnoStatus(errno, absl::StrCat("flock ", lock_path));
+    if (errno != EWOULDBLOCK) return ErrnoStatus(errno, absl::StrCat("flock ", lock_path));
+    // Another daemon serves: take over from it (daemon_handover.cc).
+    EGR_RETURN_IF_ERROR(TakeOver());
   }
   {
     EGR_ASSIGN_OR_RETURN(auto lock, InstanceLock::Acquire(paths));
@@ -110,6 +112,7 @@ absl::Status Daemon::Start() {
     EGR_ASSIGN_OR_RETURN(dns_host_, DnsHost::Create(io_, paths, *maps_, std::move(ho)));
     proxy_ = &dns_host_->proxy();
     resolved_ = &dns_host_->table();
+    InheritDnsSockets();
     watcher_ = std::make_unique<RecordWatcher>(io_, *records_, *proxy_, [](const std::string& line) {
       spdlog::info("dns: {}", line);
     });
@@ -132,10 +135,10 @@ absl::Status Daemon::Start() {
   server_ = std::make_unique<HttpServer>(
       io_, [this](const Request& r, const Peer& p) { return Handle(r, p); },
       [this](const std::string& path) { return IsSandboxedPath(path); });
-  EGR_RETURN_IF_ERROR(server_->Listen(socket_path_));
+  EGR_RETURN_IF_ERROR(ServeApi());
   audit_->Submit(audit::EngineJson("started", {{"via", "egressd"}, {"adopted", adopted_}, {"pin_root", paths.pin_root}}), 0);
   spdlog::info("serving the API on {} ({} sandboxes)", socket_path_, all.size());
-  return absl::OkStatus();
+  return FinishStart();
 }
 
 bool Daemon::IsSandboxedPath(const std::string& cgroup_path) {

@@ -9,6 +9,8 @@
 // daemon serves its endpoint.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,6 +36,7 @@
 #include "userspace/daemon/client.h"
 #include "userspace/daemon/dns_host.h"
 #include "userspace/daemon/config_reload.h"
+#include "userspace/daemon/handover.h"
 #include "userspace/daemon/http_server.h"
 #include "userspace/daemon/metrics_server.h"
 #include "userspace/daemon/record_watcher.h"
@@ -61,6 +64,11 @@ struct DaemonOptions {
   // --metrics-address: overrides the config's metrics.address (a per-node
   // value: the DaemonSet passes $(NODE_IP):9464); empty: the config's.
   std::string metrics_address;
+  // The hand-over (handover.h): called once this daemon, superseded by a
+  // new one, has answered what it read (the binary then exits).
+  std::function<void()> on_superseded;
+  int handover_timeout_ms = 5000;  // for each of the old daemon's messages
+  int handover_drain_ms = 3000;    // how long TCP connections may stay open after
 };
 
 class Daemon {
@@ -76,6 +84,8 @@ class Daemon {
   // Re-reads --config and applies it (config_reload.h): SIGHUP and POST
   // /v1/config:reload.  `via` names the trigger in logs and audit records.
   Response Reload(const std::string& via);
+  // A newer daemon serves this one's sockets (handover.h).
+  bool superseded() const { return superseded_; }
 
  private:
   Daemon(boost::asio::io_context& io, DaemonOptions options);
@@ -179,6 +189,18 @@ class Daemon {
   std::unique_ptr<MetricsServer> metrics_;       // metrics.address (metrics_server.h)
   absl::Status StartApiExtras();                 // both of them (api_extras.cc)
   nlohmann::json ExtrasStatus();
+  // The hand-over (daemon_handover.cc, handover.h).
+  absl::Status TakeOver();
+  void InheritDnsSockets();
+  absl::Status ServeApi();
+  absl::Status FinishStart();
+  std::vector<HandoverFd> HandoverSockets();
+  absl::StatusOr<uint64_t> Superseded();
+  void ExitWhenDrained(std::chrono::steady_clock::time_point deadline);
+  std::unique_ptr<HandoverClient> taking_over_;  // while this daemon takes over
+  std::unique_ptr<HandoverServer> handover_;
+  std::unique_ptr<boost::asio::steady_timer> drain_timer_;
+  bool superseded_ = false;
 };
 
 }  // namespace egressd::daemon

@@ -217,6 +217,25 @@ absl::Status HttpServer::Listen(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status HttpServer::Adopt(const std::string& path, int fd) {
+  acceptor_ = std::make_unique<local::acceptor>(io_);
+  boost::system::error_code ec;
+  acceptor_->assign(local(), fd, ec);
+  if (ec) {
+    close(fd);
+    return absl::InternalError(absl::StrCat("adopt the API listener on ", path, ": ", ec.message()));
+  }
+  path_ = path;
+  Accept();
+  return absl::OkStatus();
+}
+
+void HttpServer::StopAccepting() {
+  if (!acceptor_) return;
+  boost::system::error_code ec;
+  acceptor_->cancel(ec);
+}
+
 void HttpServer::Accept() {
   acceptor_->async_accept([this](const boost::system::error_code& ec, local::socket socket) {
     if (ec) {

@@ -80,6 +80,12 @@ class HttpServer {
   // Binds `path` (a stale socket file there is replaced), mode 0600.
   absl::Status Listen(const std::string& path);
   uint64_t refused() const { return *refused_; }
+  // The hand-over (handover.h): serve a listener the previous daemon bound
+  // at `path` (never unlinked nor rebound); the listener's fd; accept no
+  // more (the connections accepted are answered).
+  absl::Status Adopt(const std::string& path, int fd);
+  int listener_fd() const { return acceptor_ ? acceptor_->native_handle() : -1; }
+  void StopAccepting();
 
  private:
   void Accept();

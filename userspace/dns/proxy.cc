@@ -39,6 +39,9 @@ struct DnsProxy::Shared {
   ProxyOptions opts;
   Counters* counters;
   bool alive = true;
+  // Queries waiting on the upstream (a hand-over's old daemon exits once
+  // this is 0, docs/operations.md "Upgrades").
+  size_t forwarded = 0;
 };
 
 namespace {
@@ -115,9 +118,11 @@ void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live
   auto fwd = std::make_shared<Decision>(std::move(d));
   size_t limit = over_tcp ? kMaxMessage : UdpLimit(fwd->query);
   const auto asked = std::chrono::steady_clock::now();
+  ++sh->forwarded;
   sh->upstream.Send(fwd->upstream_query, over_tcp,
                     [sh, live, scope, fwd, limit, ev, asked, reply = std::move(reply)](absl::StatusOr<Bytes> answer) {
                       if (!sh->alive) return;
+                      --sh->forwarded;
                       const auto answered = ev ? std::chrono::steady_clock::now() : asked;
                       if (ev) ev->upstream_ns = NsBetween(asked, answered);
                       if (live->stopped) {
@@ -175,9 +180,15 @@ class UdpServer : public std::enable_shared_from_this<UdpServer> {
   UdpServer(asio::io_context& io, std::shared_ptr<Shared> sh, std::shared_ptr<Live> live)
       : sock_(io), sh_(std::move(sh)), live_(std::move(live)) {}
 
-  absl::Status Open(const udp::endpoint& ep) {
+  absl::Status Open(const udp::endpoint& ep, UniqueFd inherited = {}) {
     boost::system::error_code ec;
     bool v6 = ep.address().is_v6();
+    if (inherited.valid()) {
+      // The previous daemon's socket, bound and sized: the endpoint never closed.
+      sock_.assign(v6 ? udp::v6() : udp::v4(), inherited.release(), ec);
+      if (ec) return FromAsio(ec, absl::StrCat("adopt UDP ", ep.address().to_string(), " port ", ep.port()));
+      return absl::OkStatus();
+    }
     sock_.open(v6 ? udp::v6() : udp::v4(), ec);
     if (!ec && v6) sock_.set_option(asio::ip::v6_only(true), ec);
     // No SO_REUSEADDR: on UDP it would let a second socket share the
@@ -220,12 +231,23 @@ class UdpServer : public std::enable_shared_from_this<UdpServer> {
 
   void Receive() {
     auto self = shared_from_this();
+    receiving_ = true;
     sock_.async_receive_from(asio::buffer(buf_), from_, [self](const boost::system::error_code& ec, size_t n) {
+      self->receiving_ = false;
       if (ec == asio::error::operation_aborted || !self->sock_.is_open() || self->live_->stopped) return;
       if (!ec) self->OnMessage(n);
-      self->Receive();
+      if (!self->quiesced_) self->Receive();
     });
   }
+
+  // Reads no more (the socket is another daemon's now); what was read is
+  // still answered.  cancel() would also abort a send in progress: it waits
+  // for the sends to complete.
+  void Quiesce() {
+    quiesced_ = true;
+    MaybeCancel();
+  }
+  int fd() { return sock_.native_handle(); }
 
   void Close() {
     boost::system::error_code ec;
@@ -239,8 +261,18 @@ class UdpServer : public std::enable_shared_from_this<UdpServer> {
     Handle(sh_, live_, std::span<const uint8_t>(buf_.data(), n), false, [self, to](Bytes b) {
       if (b.empty() || !self->sock_.is_open()) return;
       auto p = std::make_shared<Bytes>(std::move(b));
-      self->sock_.async_send_to(asio::buffer(*p), to, [p](const boost::system::error_code&, size_t) {});
+      ++self->sends_;
+      self->sock_.async_send_to(asio::buffer(*p), to, [self, p](const boost::system::error_code&, size_t) {
+        --self->sends_;
+        self->MaybeCancel();
+      });
     });
+  }
+
+  void MaybeCancel() {
+    if (!quiesced_ || sends_ > 0 || !receiving_) return;
+    boost::system::error_code ec;
+    sock_.cancel(ec);
   }
 
   udp::socket sock_;
@@ -248,6 +280,8 @@ class UdpServer : public std::enable_shared_from_this<UdpServer> {
   std::shared_ptr<Live> live_;
   std::array<uint8_t, kMaxMessage> buf_;
   udp::endpoint from_;
+  bool receiving_ = false, quiesced_ = false;
+  size_t sends_ = 0;
 };
 
 class TcpServer;
@@ -374,9 +408,15 @@ class TcpServer : public std::enable_shared_from_this<TcpServer> {
   TcpServer(asio::io_context& io, std::shared_ptr<Shared> sh, std::shared_ptr<Live> live)
       : acc_(io), sh_(std::move(sh)), live_(std::move(live)) {}
 
-  absl::Status Open(const tcp::endpoint& ep) {
+  absl::Status Open(const tcp::endpoint& ep, UniqueFd inherited = {}) {
     boost::system::error_code ec;
     bool v6 = ep.address().is_v6();
+    if (inherited.valid()) {
+      // The previous daemon's listener: connections queued in its backlog wait for us.
+      acc_.assign(v6 ? tcp::v6() : tcp::v4(), inherited.release(), ec);
+      if (ec) return FromAsio(ec, absl::StrCat("adopt TCP ", ep.address().to_string(), " port ", ep.port()));
+      return absl::OkStatus();
+    }
     acc_.open(v6 ? tcp::v6() : tcp::v4(), ec);
     if (!ec && v6) acc_.set_option(asio::ip::v6_only(true), ec);
     if (!ec) acc_.set_option(asio::socket_base::reuse_address(true), ec);
@@ -387,6 +427,18 @@ class TcpServer : public std::enable_shared_from_this<TcpServer> {
     if (!ec) acc_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) return FromAsio(ec, absl::StrCat("bind TCP ", ep.address().to_string(), " port ", ep.port()));
     return absl::OkStatus();
+  }
+
+  // Accepts no more; the connections accepted are served until they end.
+  void Quiesce() {
+    boost::system::error_code ec;
+    acc_.cancel(ec);
+  }
+  int fd() { return acc_.native_handle(); }
+  size_t connections() const { return conns_.size(); }
+  void CloseConnections() {
+    auto conns = std::move(conns_);
+    for (auto& c : conns) c->Close();
   }
 
   void Accept() {
@@ -539,8 +591,8 @@ absl::Status DnsProxy::Serve(SandboxScope scope, const Endpoint& ep) {
     auto t = std::make_shared<TcpServer>(io_, shared_, sb->live);
     sb->udp.push_back(u);
     sb->tcp.push_back(t);
-    absl::Status s = u->Open(udp::endpoint(ToAsio(*addr), ep.port));
-    if (s.ok()) s = t->Open(tcp::endpoint(ToAsio(*addr), ep.port));
+    absl::Status s = u->Open(udp::endpoint(ToAsio(*addr), ep.port), TakeInherited(false, *addr, ep.port));
+    if (s.ok()) s = t->Open(tcp::endpoint(ToAsio(*addr), ep.port), TakeInherited(true, *addr, ep.port));
     if (!s.ok()) {
       sb->Close();
       return absl::Status(s.code(), absl::StrCat("sandbox ", id, ": DNS endpoint: ", s.message()));
@@ -562,6 +614,61 @@ void DnsProxy::Stop(uint64_t sandbox_id) {
   it->second->Close();
   sandboxes_.erase(it);
   spdlog::info("dns: stopped serving sandbox {}", sandbox_id);
+}
+
+}  // namespace egressd::dns
+
+namespace egressd::dns {
+
+std::vector<DnsProxy::ListeningSocket> DnsProxy::ListeningSockets() const {
+  std::vector<ListeningSocket> out;
+  for (const auto& [id, sb] : sandboxes_) {
+    size_t i = 0;
+    for (const auto& addr : {sb->ep.addr4, sb->ep.addr6}) {
+      if (!addr) continue;
+      out.push_back(ListeningSocket{false, id, *addr, sb->ep.port, sb->udp[i]->fd()});
+      out.push_back(ListeningSocket{true, id, *addr, sb->ep.port, sb->tcp[i]->fd()});
+      ++i;
+    }
+  }
+  return out;
+}
+
+void DnsProxy::Inherit(bool tcp, const net::IpAddr& addr, uint16_t port, UniqueFd fd) {
+  inherited_[InheritedKey(tcp, addr, port)] = std::move(fd);
+}
+
+std::string DnsProxy::InheritedKey(bool tcp, const net::IpAddr& addr, uint16_t port) {
+  return absl::StrCat(tcp ? "tcp " : "udp ", addr.ToString(), " ", port);
+}
+
+UniqueFd DnsProxy::TakeInherited(bool tcp, const net::IpAddr& addr, uint16_t port) {
+  auto it = inherited_.find(InheritedKey(tcp, addr, port));
+  if (it == inherited_.end()) return UniqueFd();
+  UniqueFd fd = std::move(it->second);
+  inherited_.erase(it);
+  return fd;
+}
+
+void DnsProxy::Quiesce() {
+  for (auto& [id, sb] : sandboxes_) {
+    for (auto& u : sb->udp) u->Quiesce();
+    for (auto& t : sb->tcp) t->Quiesce();
+  }
+}
+
+size_t DnsProxy::Busy() const {
+  size_t n = shared_->forwarded;
+  for (const auto& [id, sb] : sandboxes_) {
+    for (const auto& t : sb->tcp) n += t->connections();
+  }
+  return n;
+}
+
+void DnsProxy::CloseConnections() {
+  for (auto& [id, sb] : sandboxes_) {
+    for (auto& t : sb->tcp) t->CloseConnections();
+  }
 }
 
 }  // namespace egressd::dns

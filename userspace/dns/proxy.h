@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "userspace/common/unique_fd.h"
 #include "userspace/dns/events.h"
 #include "userspace/dns/learned_book.h"
 #include "userspace/dns/learner.h"
@@ -92,7 +93,29 @@ class DnsProxy {
   struct Sandbox;
   struct Shared;
 
+  // The daemons' hand-over (userspace/daemon/handover.h).  Every endpoint's
+  // bound sockets, as the proxy holds them (fds it keeps owning).
+  struct ListeningSocket {
+    bool tcp = false;
+    uint64_t sandbox_id = 0;
+    net::IpAddr addr;
+    uint16_t port = 0;
+    int fd = -1;
+  };
+  std::vector<ListeningSocket> ListeningSockets() const;
+  // A socket the previous daemon handed over: Serve at (addr, port) takes
+  // it instead of binding one, so the endpoint is never closed.
+  void Inherit(bool tcp, const net::IpAddr& addr, uint16_t port, UniqueFd fd);
+  // Reads no more queries and accepts no more connections (the sockets are
+  // served by the next daemon); queries read are still answered.
+  void Quiesce();
+  // Queries waiting on the upstream plus TCP connections still open.
+  size_t Busy() const;
+  void CloseConnections();
+
  private:
+  static std::string InheritedKey(bool tcp, const net::IpAddr& addr, uint16_t port);
+  UniqueFd TakeInherited(bool tcp, const net::IpAddr& addr, uint16_t port);
   boost::asio::io_context& io_;
   std::shared_ptr<Shared> shared_;
   std::map<uint64_t, std::shared_ptr<Sandbox>> sandboxes_;
@@ -102,6 +125,7 @@ class DnsProxy {
   std::shared_ptr<Shared> self_test_shared_;
   std::shared_ptr<Sandbox> self_test_;
   Counters self_test_counters_;
+  std::map<std::string, UniqueFd> inherited_;
 };
 
 }  // namespace egressd::dns

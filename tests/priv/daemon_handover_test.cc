@@ -1,0 +1,401 @@
+// The daemons' hand-over (issue 15, userspace/daemon/handover.h) on the
+// node-routed lab, one loaded instance for the binary:
+//   - a new egressd started beside the running one (a DaemonSet rolling
+//     update with maxSurge 1) takes over under a loop of allowed and denied
+//     queries over UDP and TCP (dig in the sandbox), a connect loop and the
+//     audit stream: every query is answered, and answered right (allowed:
+//     the address, denied: NXDOMAIN), the old exits 0 having unpinned
+//     nothing, and the audit stream holds each query exactly once with
+//     sequence numbers without gap or repeat;
+//   - a new daemon that goes in the middle of the hand-over (it took the
+//     sockets and the lock, never said it serves) changes nothing: the old
+//     serves on, DNS, API and audit reader.
+// Also prints the figures bench/run.sh --only handover reports (queries
+// lost, query time p50/p99 during the hand-over against before it, time
+// from the new daemon's start to serving).
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "egressd_env.h"
+#include "lab_dns.h"
+#include "userspace/daemon/client.h"
+#include "userspace/daemon/handover.h"
+
+namespace egressd::test {
+namespace {
+
+using namespace std::chrono_literals;
+using lab::DnsServer;
+using lab::DnsServerSpec;
+using lab::Lab;
+using lab::RunResult;
+using lab::RunSpec;
+
+constexpr const char* kUpstream = lab::kPublicE4;
+constexpr const char* kAllowed = "allowed.example";  // -> kPublicC4
+constexpr const char* kDenied = "denied.example";    // the upstream knows it; the policy does not
+
+class DaemonHandover : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!lab::RunningAsRootWithSysAdmin()) return;
+    auto up = DnsServer::Start(DnsServerSpec{.netns = Shared().lab().world_netns(),
+                                             .listen = {kUpstream},
+                                             .records = {{kAllowed, {lab::kPublicC4}}, {kDenied, {lab::kPublicB4}}},
+                                             .extra_args = {"--local-ttl=300"}});
+    ASSERT_TRUE(up.ok()) << up.status();
+    upstream_ = std::move(*up).release();
+    config_ = Shared().runtime_dir() + "-handover.yaml";
+    std::ofstream(config_) << "dns:\n  upstreams: [" << kUpstream << "]\n  endpoint4: " << lab::kPodGatewayV4 << "\n";
+  }
+  static void TearDownTestSuite() {
+    delete upstream_;
+    upstream_ = nullptr;
+    unlink(config_.c_str());
+  }
+  void SetUp() override {
+    EGR_REQUIRE_PRIVILEGES();
+    ASSERT_NE(upstream_, nullptr);
+    lab().ResetCounters();
+  }
+  void TearDown() override {
+    for (const auto& cg : registered_) Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
+    if (new_) new_->Stop();
+    if (old_) old_->Stop();
+    if (!stop_file_.empty()) unlink(stop_file_.c_str());
+  }
+  Lab& lab() { return Shared().lab(); }
+  static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+
+  // An egressd as the DaemonSet runs it: same config, socket and mounts.
+  std::optional<lab::Background> StartDaemon() {
+    RunSpec s;
+    s.netns = lab().node_netns();
+    s.env = Shared().CtlEnv();
+    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket(), "--audit-window-ms", "200"};
+    s.timeout = 10min;
+    auto bg = lab::Start(s);
+    EXPECT_TRUE(bg.ok()) << bg.status();
+    if (!bg.ok()) return std::nullopt;
+    auto line = bg->ReadOutLine(std::chrono::milliseconds(int(60000 * TimeScale())));
+    EXPECT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << bg->err();
+    if (!line) return std::nullopt;
+    return std::move(*bg);
+  }
+  daemon::ClientResponse Call(const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
+    auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : daemon::ClientResponse{};
+  }
+  bool WaitFor(const std::function<bool()>& cond, int ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int(ms * TimeScale()));
+    while (!cond()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(20ms);  // polling a condition, not waiting for one
+    }
+    return true;
+  }
+  std::string Put(const std::string& id, nlohmann::json body) {
+    static int n = 0;
+    auto cg = lab().MakeCgroup(absl::StrCat("handover-", n++));
+    EXPECT_TRUE(cg.ok()) << cg.status();
+    if (!cg.ok()) return "";
+    body["cgroup"] = *cg;
+    registered_.push_back(*cg);
+    daemon::ClientResponse r = Call("PUT", "/v1/sandboxes/" + id, body);
+    EXPECT_EQ(r.status, 201) << r.body.dump(2);
+    return *cg;
+  }
+  RunSpec InSandbox(const std::string& cgroup, std::vector<std::string> argv) {
+    RunSpec spec;
+    spec.argv = std::move(argv);
+    spec.netns = lab().pod().netns;
+    spec.cgroup = cgroup;
+    spec.timeout = 300s;
+    return spec;
+  }
+  // Queries until the stop file exists, four per round (allowed and denied,
+  // UDP and TCP); one line per query: "Q <name> <transport> <status> <ips
+  // matching kPublicC4> <query ms>".
+  std::optional<lab::Background> QueryLoop(const std::string& cgroup) {
+    stop_file_ = Shared().runtime_dir() + "-handover.stop";
+    unlink(stop_file_.c_str());
+    const std::string script = absl::StrCat(
+        "while [ ! -e ", stop_file_, " ]; do for q in ", kAllowed, " ", kDenied,
+        "; do for t in udp tcp; do o=+notcp; [ $t = tcp ] && o=+tcp; "
+        "r=$(dig +time=3 +tries=1 +noall +comments +answer +stats $o @8.8.8.8 $q 2>&1); "
+        "echo \"Q $q $t $(echo \"$r\" | grep -o 'status: [A-Z]*' | head -1 | cut -d' ' -f2) "
+        "$(echo \"$r\" | grep -c '", lab::kPublicC4, "') $(echo \"$r\" | grep -o 'Query time: [0-9]*' | cut -d' ' -f3)\"; "
+        "done; done; done");
+    auto bg = lab::Start(InSandbox(cgroup, {"sh", "-c", script}));
+    EXPECT_TRUE(bg.ok()) << bg.status();
+    if (!bg.ok()) return std::nullopt;
+    return std::move(*bg);
+  }
+  std::optional<lab::Background> ConnectLoop(const std::string& cgroup, int rounds) {
+    std::vector<std::string> argv = {lab::BinaryPath("egressd-probe"), "batch"};
+    for (int i = 0; i < rounds; ++i) {
+      for (const char* a : {lab::kPublicC4, lab::kPublicB4}) argv.push_back(absl::StrCat("tcp ", a, " 80 --timeout-ms 3000"));
+    }
+    argv.insert(argv.begin(), {"setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--"});
+    auto bg = lab::Start(InSandbox(cgroup, argv));
+    EXPECT_TRUE(bg.ok()) << bg.status();
+    if (!bg.ok()) return std::nullopt;
+    return std::move(*bg);
+  }
+  // Every line of the audit stream (through the daemon's spools).
+  std::vector<nlohmann::json> Audit() {
+    RunResult a = Shared().Ctl({"audit"});
+    EXPECT_EQ(a.exit_code, 0) << a.Describe();
+    std::vector<nlohmann::json> out;
+    for (absl::string_view l : absl::StrSplit(a.out, '\n', absl::SkipEmpty())) {
+      auto j = nlohmann::json::parse(std::string(l), nullptr, false);
+      if (!j.is_discarded()) out.push_back(std::move(j));
+    }
+    return out;
+  }
+  bool AuditReader() {
+    auto r = daemon::Call(socket(), "GET", "/v1/status");
+    return r.ok() && r->body["audit"].value("reader", false);
+  }
+
+  static inline DnsServer* upstream_ = nullptr;
+  static inline std::string config_;
+  std::optional<lab::Background> old_, new_;
+  std::vector<std::string> registered_;
+  std::string stop_file_;
+};
+
+struct QueryLine {
+  std::string name, transport, status;
+  int matching = 0;
+  int ms = -1;
+  std::chrono::steady_clock::time_point seen;
+};
+
+std::optional<QueryLine> ParseQuery(const std::string& line) {
+  std::vector<std::string> f = absl::StrSplit(line, ' ');
+  if (f.size() < 4 || f[0] != "Q") return std::nullopt;
+  QueryLine q{f[1], f[2], f[3]};
+  if (f.size() > 4) (void)absl::SimpleAtoi(f[4], &q.matching);
+  if (f.size() > 5) (void)absl::SimpleAtoi(f[5], &q.ms);
+  q.seen = std::chrono::steady_clock::now();
+  return q;
+}
+
+int Percentile(std::vector<int> v, double p) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+TEST_F(DaemonHandover, ANewDaemonTakesOverUnderQueryConnectAndAuditLoopsLosingNothing) {
+  old_ = StartDaemon();
+  ASSERT_TRUE(old_);
+  const std::string cg = Put("pod-handover", {{"egress", {kAllowed}}});
+  const uint64_t id = Call("GET", "/v1/sandboxes/pod-handover").body.value("cgroup_id", uint64_t{0});
+  ASSERT_TRUE(WaitFor([&] { return AuditReader(); }, 5000)) << "the old daemon never took the audit reader";
+  const uint64_t queries_before = [&] {
+    uint64_t n = 0;
+    for (const auto& j : Audit()) n += j.value("type", "") == "dns" && j["sandbox"].value("id", uint64_t{0}) == id;
+    return n;
+  }();
+
+  auto queries = QueryLoop(cg);
+  ASSERT_TRUE(queries);
+  std::vector<QueryLine> seen;
+  auto read_queries = [&](size_t at_least) {
+    while (seen.size() < at_least) {
+      auto line = queries->ReadOutLine(20s);
+      if (!line) return false;
+      if (auto q = ParseQuery(*line)) seen.push_back(*q);
+    }
+    return true;
+  };
+  ASSERT_TRUE(read_queries(8)) << "the query loop never ran: " << queries->err();
+  auto connects = ConnectLoop(cg, 2000);
+  ASSERT_TRUE(connects);
+  auto first_connect = connects->ReadOutLine(20s);
+  ASSERT_TRUE(first_connect) << connects->err();
+
+  // The hand-over.
+  const size_t before_handover = seen.size();
+  const auto started = std::chrono::steady_clock::now();
+  new_ = StartDaemon();
+  ASSERT_TRUE(new_);
+  const auto serving = std::chrono::steady_clock::now();
+  RunResult old_exit = old_->Wait(std::chrono::milliseconds(int(10000 * TimeScale())));
+  const auto old_gone = std::chrono::steady_clock::now();
+  old_.reset();
+  EXPECT_EQ(old_exit.exit_code, 0) << "the superseded daemon exits 0: " << old_exit.Describe();
+  EXPECT_TRUE(absl::StrContains(old_exit.err, "superseded")) << old_exit.err;
+  ASSERT_TRUE(WaitFor([&] { return AuditReader(); }, 5000)) << "the new daemon never took the audit reader: "
+                                                           << new_->err();
+  EXPECT_EQ(Call("GET", "/readyz").status, 200);
+  // Queries after the old one is gone, all served by the new one.
+  const size_t until_gone = seen.size();
+  ASSERT_TRUE(read_queries(until_gone + 8)) << "no query answered after the hand-over: " << queries->err();
+  std::ofstream(stop_file_) << "stop\n";
+  RunResult rest = queries->Wait(std::chrono::milliseconds(int(30000 * TimeScale())));
+  for (absl::string_view l : absl::StrSplit(rest.out, '\n', absl::SkipEmpty())) {
+    if (auto q = ParseQuery(std::string(l))) seen.push_back(*q);
+  }
+  kill(connects->pid(), SIGKILL);
+  RunResult connect_out = connects->Wait();
+  connect_out.out = *first_connect + "\n" + connect_out.out;
+
+  // Every query answered, and right.
+  std::map<std::string, int> asked;
+  std::vector<int> ms_before, ms_during;
+  size_t lost = 0, wrong = 0;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    const QueryLine& q = seen[i];
+    ++asked[q.name + " " + q.transport];
+    if (q.status.empty()) {
+      ++lost;
+      ADD_FAILURE() << "query " << i << " (" << q.name << " over " << q.transport << ") got no answer";
+    } else if (q.name == kAllowed) {
+      wrong += q.status != "NOERROR" || q.matching < 1;
+      EXPECT_EQ(q.status, "NOERROR") << "query " << i;
+      EXPECT_GE(q.matching, 1) << "query " << i << ": the allowed name's address";
+    } else {
+      wrong += q.status != "NXDOMAIN";
+      EXPECT_EQ(q.status, "NXDOMAIN") << "query " << i << ": the denied name";
+    }
+    if (q.ms >= 0) (i < before_handover ? ms_before : (i < until_gone + 4 ? ms_during : ms_before)).push_back(q.ms);
+  }
+  // The connect loop: allowed always connects, denied is always refused.
+  auto lines = Lines(connect_out);
+  ASSERT_GT(lines.size(), 2u) << connect_out.Describe();
+  size_t connects_ok = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string dst = lines[i]["dst"];
+    if (dst == lab::kPublicB4) {
+      EXPECT_EQ(Errno(lines[i]), "EPERM") << "connect " << i;
+    } else {
+      EXPECT_TRUE(Ok(lines[i])) << "connect " << i << " to " << dst;
+      connects_ok += Ok(lines[i]);
+    }
+  }
+  ASSERT_TRUE(lab().Drain().ok());
+  EXPECT_EQ(lab().FlowsOpenedTo(lab::kPublicB4), 0u) << lab().CountersSummary();
+  EXPECT_GT(lab().FlowsOpenedTo(lab::kPublicC4), 0u) << lab().CountersSummary();
+
+  // The audit stream: each query exactly once; sequence numbers without gap
+  // or repeat across both readers.
+  std::map<std::string, int> audited;
+  std::vector<nlohmann::json> stream;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        stream = Audit();
+        uint64_t n = 0;
+        for (const auto& j : stream) n += j.value("type", "") == "dns" && j["sandbox"].value("id", uint64_t{0}) == id;
+        return n >= queries_before + seen.size();
+      },
+      10000))
+      << "the audit stream lacks queries";
+  std::set<uint64_t> seqs;
+  for (const auto& j : stream) {
+    const uint64_t seq = j.value("seq", uint64_t{0});
+    EXPECT_TRUE(seqs.insert(seq).second) << "seq " << seq << " twice: " << j.dump();
+  }
+  ASSERT_FALSE(seqs.empty());
+  EXPECT_EQ(*seqs.rbegin() - *seqs.begin() + 1, seqs.size()) << "a gap in the sequence numbers";
+  uint64_t dns_records = 0;
+  for (const auto& j : stream) {
+    if (j.value("type", "") != "dns" || j["sandbox"].value("id", uint64_t{0}) != id) continue;
+    ++dns_records;
+    std::string name = j["dns"].value("query", "");
+    if (!name.empty() && name.back() == '.') name.pop_back();
+    ++audited[name + " " + j["dns"].value("transport", "")];
+  }
+  EXPECT_EQ(dns_records, queries_before + seen.size()) << "each query audited exactly once";
+  EXPECT_EQ(audited, asked);
+
+  // Enforcement untouched by the old one's exit: still loaded, still in force.
+  RunResult st = Shared().Ctl({"status", "--json"});
+  EXPECT_EQ(st.exit_code, 0) << st.Describe();
+
+  const auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+  std::printf("handover: queries %zu (lost %zu, wrong %zu), connects %zu (%zu allowed ok), audit seqs %zu gap-free\n",
+              seen.size(), lost, wrong, lines.size(), connects_ok, seqs.size());
+  std::printf("handover: query ms p50/p99 before %d/%d (n=%zu), during %d/%d (n=%zu); start to serving %ld ms, "
+              "to the old's exit %ld ms\n",
+              Percentile(ms_before, 0.5), Percentile(ms_before, 0.99), ms_before.size(), Percentile(ms_during, 0.5),
+              Percentile(ms_during, 0.99), ms_during.size(), ms(serving - started), ms(old_gone - started));
+  if (const char* out = std::getenv("EGRESSD_HANDOVER_FIGURES")) {
+    std::ofstream(out) << nlohmann::json{{"queries", seen.size()},
+                                         {"lost", lost},
+                                         {"wrong", wrong},
+                                         {"p50_before_ms", Percentile(ms_before, 0.5)},
+                                         {"p99_before_ms", Percentile(ms_before, 0.99)},
+                                         {"p50_during_ms", Percentile(ms_during, 0.5)},
+                                         {"p99_during_ms", Percentile(ms_during, 0.99)},
+                                         {"during_n", ms_during.size()},
+                                         {"start_to_serving_ms", ms(serving - started)},
+                                         {"start_to_old_exit_ms", ms(old_gone - started)}}
+                                         .dump()
+                         << "\n";
+  }
+}
+
+// The new daemon goes in the middle: it took the sockets and the lock (as
+// HandoverClient does at a new daemon's start) and never said it serves.
+TEST_F(DaemonHandover, ANewDaemonThatGoesMidHandOverLeavesTheOldServing) {
+  old_ = StartDaemon();
+  ASSERT_TRUE(old_);
+  const std::string cg = Put("pod-abort", {{"egress", {kAllowed}}});
+  auto dig = [&](const char* name, bool tcp) {
+    RunResult r = lab::Run(InSandbox(cg, {"dig", "+time=2", "+tries=1", tcp ? "+tcp" : "+notcp", "+short", "@8.8.8.8", name}));
+    return std::string(absl::StripAsciiWhitespace(r.out));
+  };
+  ASSERT_EQ(dig(kAllowed, false), lab::kPublicC4);
+  {
+    Paths paths;
+    paths.pin_root = Shared().pin_root();
+    paths.runtime_dir = Shared().runtime_dir();
+    auto taker = daemon::HandoverClient::Connect(paths, 5000);
+    ASSERT_TRUE(taker.ok()) << taker.status();
+    size_t dns = 0;
+    for (const auto& f : (*taker)->fds()) dns += f.what.value("what", "") == "dns";
+    EXPECT_EQ(dns, 2u) << "the sandbox's UDP socket and TCP listener";
+    EXPECT_EQ((*taker)->old_pid(), old_->pid());
+    // While it holds them, the old still serves (nobody else reads).
+    EXPECT_EQ(dig(kAllowed, true), lab::kPublicC4);
+  }  // gone, never "serving"
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(old_->err(), "went before it served"); }, 5000)) << old_->err();
+  EXPECT_TRUE(old_->running());
+  EXPECT_EQ(dig(kAllowed, false), lab::kPublicC4);
+  EXPECT_EQ(dig(kAllowed, true), lab::kPublicC4);
+  EXPECT_EQ(dig(kDenied, false), "") << "NXDOMAIN: nothing in +short";
+  EXPECT_EQ(Call("GET", "/readyz").status, 200);
+  EXPECT_TRUE(WaitFor([&] { return AuditReader(); }, 2000));
+  // And a real hand-over still works after the aborted one.
+  new_ = StartDaemon();
+  ASSERT_TRUE(new_);
+  RunResult old_exit = old_->Wait(std::chrono::milliseconds(int(10000 * TimeScale())));
+  old_.reset();
+  EXPECT_EQ(old_exit.exit_code, 0) << old_exit.Describe();
+  EXPECT_EQ(dig(kAllowed, false), lab::kPublicC4);
+}
+
+}  // namespace
+}  // namespace egressd::test
