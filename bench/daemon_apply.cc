@@ -239,6 +239,12 @@ int Main(int n, bool quick, const std::string& out_path) {
       break;
     }
   }
+  // One more request: the daemon's loop has run what the DELETEs queued
+  // (the freed endpoints, the heap trim after them) before it answers.
+  if (auto st = daemon::Call(socket, "GET", "/v1/status"); st.ok() && st->body.is_object()) {
+    j["status_after_deletes"] = {{"sandboxes", st->body.value("sandboxes", -1)},
+                                 {"dns_served", st->body["dns"].value("served", -1)}};
+  }
   const auto [rss2, hwm2] = Rss(pid);
   kill(pid, SIGTERM);  // never tears enforcement down; nothing of ours is left registered
   daemon->Wait(std::chrono::seconds(20));
@@ -269,14 +275,15 @@ int Main(int n, bool quick, const std::string& out_path) {
               "a process per apply; each PUT followed by its nft -f, so load falls on both alike.\n\n",
               n, kCidrs, kNames, n);
   std::printf("| sandboxes | PUT p50 [95%% CI] | PUT p99 | nft -f per pod p50 [95%% CI] | nft -f p99 | "
-              "nft / PUT (p50) | daemon RSS start -> after | per sandbox | maps memlock start -> after | "
+              "nft / PUT (p50) | daemon RSS start -> after PUTs -> after DELETEs | per sandbox | maps memlock start -> after | "
               "DELETE p50 (p99) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-  std::printf("| %s | %s [%s, %s] | %s | %s [%s, %s] | %s | %.1fx | %s -> %s | %s | %s -> %s | %s (%s) |\n",
+  std::printf("| %s | %s [%s, %s] | %s | %s [%s, %s] | %s | %.1fx | %s -> %s -> %s | %s | %s -> %s | %s (%s) |\n",
               std::to_string(put_s.size()).c_str(), Ms(p(put, "median")).c_str(), Ms(put["ci95"][0]).c_str(),
               Ms(put["ci95"][1]).c_str(), Ms(p(put, "p99")).c_str(), Ms(p(nft, "median")).c_str(),
               Ms(nft["ci95"][0]).c_str(), Ms(nft["ci95"][1]).c_str(), Ms(p(nft, "p99")).c_str(),
               p(put, "median") > 0 ? p(nft, "median") / p(put, "median") : 0.0, Mib(rss0).c_str(), Mib(rss1).c_str(),
+              Mib(rss2).c_str(),
               Kib(done > 0 ? (rss1 - rss0) / done : 0).c_str(), Mib(maps0).c_str(), Mib(maps1).c_str(),
               Ms(p(j["delete_s"], "median")).c_str(), Ms(p(j["delete_s"], "p99")).c_str());
   std::printf("\nload average at start / end: %s / %s\n", j["loadavg_start"].get<std::string>().c_str(),

@@ -13,6 +13,7 @@
 //   - containedRoots: a process in a contained root's child cgroup is denied
 //     before any registration; a reload whose config no longer names the root
 //     releases it; a root that does not exist is reported, not fatal.
+//   - A lowered cap fails the running sandbox and the held PUT past it.
 #include <signal.h>
 #include <unistd.h>
 
@@ -259,3 +260,48 @@ TEST_F(DaemonReload, ContainedRootsFromTheConfigDenyBeforeRegistrationAndAreRele
 
 }  // namespace
 }  // namespace egressd::test
+
+// A lowered cap is a compile rule like a new protected range: the running
+// sandbox past it is failed with the cap's message, the one within it is
+// untouched; a held PUT past it is marked failed (never applied), the one
+// within it stays pending; lifting the cap again recovers the running one.
+TEST_F(DaemonReload, LoweredCapFailsTheSandboxPastItAndTheHeldPutPastIt) {
+  StartDaemon();
+  Put("pod-big", {{"egress", {lab::kPublicA4, lab::kPublicB4}}});
+  Put("pod-small", {{"egress", {lab::kPublicB4}}});
+  const std::string uid = absl::StrCat("e9d0c4a2-", getpid(), "-held");
+  auto held = [&](const std::string& id, const std::string& pod, const nlohmann::json& egress) {
+    daemon::ClientResponse r = Call("PUT", "/v1/sandboxes/" + id, {{"pod_uid", pod}, {"egress", egress}});
+    EXPECT_EQ(r.status, 202) << r.body.dump(2);
+  };
+  held("held-big", uid + "-big", {lab::kPublicA4, lab::kPublicB4});
+  held("held-small", uid + "-small", {lab::kPublicB4});
+
+  WriteConfig("limits:\n  maxCidrEntriesPerSandbox: 1\n");
+  daemon::ClientResponse r = ApiReload();
+  ASSERT_EQ(r.status, 200) << r.body.dump(2);
+  const nlohmann::json big = OutcomeOf(r.body, "pod-big");
+  EXPECT_EQ(big.value("outcome", ""), "failed") << r.body.dump(2);
+  EXPECT_TRUE(absl::StrContains(big.dump(), "limits.maxCidrEntriesPerSandbox")) << big.dump(2);
+  EXPECT_NE(OutcomeOf(r.body, "pod-small").value("outcome", ""), "failed") << r.body.dump(2);
+  const nlohmann::json hb = OutcomeOf(r.body, "held-big");
+  EXPECT_EQ(hb.value("outcome", ""), "failed") << r.body.dump(2);
+  EXPECT_TRUE(absl::StrContains(hb.dump(), "limits.maxCidrEntriesPerSandbox")) << hb.dump(2);
+  EXPECT_EQ(OutcomeOf(r.body, "held-small").value("outcome", ""), "pending") << r.body.dump(2);
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/pod-big").body.value("state", ""), "failed");
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/pod-small").body.value("state", ""), "enforced");
+  const nlohmann::json ghb = Call("GET", "/v1/sandboxes/held-big").body;
+  EXPECT_EQ(ghb.value("state", ""), "failed") << ghb.dump(2);
+  EXPECT_TRUE(absl::StrContains(ghb.dump(), "no longer accepted")) << ghb.dump(2);
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/held-small").body.value("state", ""), "pending");
+
+  // The cap lifted: the running sandbox recompiles; the failed held PUT
+  // stays failed until it is sent again.
+  WriteConfig("");
+  daemon::ClientResponse back = ApiReload();
+  ASSERT_EQ(back.status, 200) << back.body.dump(2);
+  EXPECT_EQ(OutcomeOf(back.body, "pod-big").value("outcome", ""), "recompiled") << back.body.dump(2);
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/pod-big").body.value("state", ""), "enforced");
+  EXPECT_EQ(OutcomeOf(back.body, "held-big").value("outcome", ""), "failed") << back.body.dump(2);
+  for (const char* id : {"held-big", "held-small"}) EXPECT_EQ(Call("DELETE", absl::StrCat("/v1/sandboxes/", id)).status, 200);
+}

@@ -2,6 +2,7 @@
 
 #include "loader/tc_attach.h"
 #include "maps/if_sandbox_table.h"
+#include <algorithm>
 
 #include <spdlog/spdlog.h>
 
@@ -28,13 +29,22 @@ struct Env {
 // The endpoint sandbox `cg` is given: its addresses from the spec, and the
 // port it had (registered again) or the lowest one no other record holds.
 absl::StatusOr<std::optional<maps::DnsEndpoint>> EndpointFor(const SandboxSpec& spec, const SandboxRecords& records,
-                                                             const std::optional<SandboxRecord>& old) {
+                                                             const std::optional<SandboxRecord>& old,
+                                                             const RegistryIndex* index) {
   if (!spec.dns_addr4 && !spec.dns_addr6) return std::optional<maps::DnsEndpoint>();
   maps::DnsEndpoint ep{.addr4 = spec.dns_addr4, .addr6 = spec.dns_addr6};
   EGR_RETURN_IF_ERROR(CheckDnsEndpoint(maps::DnsEndpoint{ep.addr4, ep.addr6, kDnsPortFirst}));
   if (old && old->dns) {
     ep.port = old->dns->port;
     return std::optional(ep);
+  }
+  if (index) {
+    if (auto port = index->LowestFreePort()) {
+      ep.port = *port;
+      return std::optional(ep);
+    }
+    return absl::ResourceExhaustedError(absl::StrCat("every DNS endpoint port (", kDnsPortFirst, "-", kDnsPortLast,
+                                                     ") of this node is taken"));
   }
   std::vector<uint64_t> corrupt;  // a record that does not parse holds no port
   EGR_ASSIGN_OR_RETURN(auto all, records.List(&corrupt));
@@ -82,6 +92,108 @@ void RestoreRecord(const SandboxRecords& records, uint64_t cgroup_id, const std:
 }
 
 }  // namespace
+
+RegistryIndex::RegistryIndex() {
+  for (uint32_t p = kDnsPortFirst; p <= kDnsPortLast; ++p) free_ports_.insert(static_cast<uint16_t>(p));
+}
+
+absl::Status RegistryIndex::Sync(const SandboxRecords& records) {
+  EGR_ASSIGN_OR_RETURN(uint64_t now, RecordsGeneration(records));
+  if (generation_ && *generation_ == now) return absl::OkStatus();
+  std::vector<uint64_t> corrupt;  // holds no port and knows no policy
+  EGR_ASSIGN_OR_RETURN(auto all, records.List(&corrupt));
+  *this = RegistryIndex();
+  for (const auto& r : all) Put(r);
+  generation_ = now;
+  spdlog::debug("registry index rebuilt from {} records (generation {})", all.size(), now);
+  return absl::OkStatus();
+}
+
+void RegistryIndex::Put(const SandboxRecord& r) {
+  Erase(r.cgroup_id);
+  Entry e;
+  if (r.dns && r.dns->port >= kDnsPortFirst && r.dns->port <= kDnsPortLast) {
+    e.port = r.dns->port;
+    free_ports_.erase(*e.port);
+    ++port_claims_[*e.port];
+  }
+  auto know = [&](const PolicyRef& ref) {
+    if (!ref.policy || ref.policy_id == 0) return;
+    const uint64_t hash = ref.policy->ContentHash();
+    e.known.emplace_back(ref.policy_id, hash);
+    by_hash_[hash][ref.policy_id].insert(r.cgroup_id);
+  };
+  know(r.current);
+  if (r.previous) know(*r.previous);
+  entries_[r.cgroup_id] = std::move(e);
+}
+
+void RegistryIndex::Erase(uint64_t cgroup_id) {
+  auto it = entries_.find(cgroup_id);
+  if (it == entries_.end()) return;
+  // A port another record also claims (records edited by hand) stays taken.
+  if (it->second.port) {
+    auto c = port_claims_.find(*it->second.port);
+    if (c != port_claims_.end() && --c->second == 0) {
+      port_claims_.erase(c);
+      free_ports_.insert(*it->second.port);
+    }
+  }
+  for (const auto& [id, hash] : it->second.known) {
+    auto h = by_hash_.find(hash);
+    if (h == by_hash_.end()) continue;
+    auto k = h->second.find(id);
+    if (k != h->second.end()) {
+      k->second.erase(cgroup_id);
+      if (k->second.empty()) h->second.erase(k);
+    }
+    if (h->second.empty()) by_hash_.erase(h);
+  }
+  entries_.erase(it);
+}
+
+void RegistryIndex::Seen(const SandboxRecords& records) {
+  auto g = RecordsGeneration(records);
+  if (g.ok()) {
+    generation_ = *g;
+  } else {
+    generation_.reset();
+  }
+}
+
+std::optional<uint16_t> RegistryIndex::LowestFreePort() const {
+  if (free_ports_.empty()) return std::nullopt;
+  return *free_ports_.begin();
+}
+
+std::vector<std::pair<maps::PolicyId, std::vector<uint64_t>>> RegistryIndex::Knowers(uint64_t hash) const {
+  std::vector<std::pair<maps::PolicyId, std::vector<uint64_t>>> out;
+  auto h = by_hash_.find(hash);
+  if (h == by_hash_.end()) return out;
+  for (const auto& [id, cgs] : h->second) out.emplace_back(id, std::vector<uint64_t>(cgs.begin(), cgs.end()));
+  return out;
+}
+
+absl::StatusOr<maps::PolicyId> FindEqualPolicy(const RegistryIndex& index, const maps::SandboxTable& table,
+                                               const SandboxRecords& records, const policy::CompiledPolicy& p,
+                                               uint64_t content_hash, uint64_t except) {
+  for (const auto& [cand, knowers] : index.Knowers(content_hash)) {
+    // The same rule as the walk below: a sandbox other than `except` is
+    // judged by cand, and the first such record knowing cand decides.
+    for (uint64_t cg : knowers) {
+      if (cg == except) continue;
+      EGR_ASSIGN_OR_RETURN(auto e, table.Get(cg));
+      if (!e || e->kind != EGR_CG_SANDBOX || e->policy_id != cand) continue;
+      auto r = records.Load(cg);
+      const policy::CompiledPolicy* known = r.ok() ? KnownPolicy(*r, cand) : nullptr;
+      if (!known) continue;
+      if (SameContents(*known, p)) return cand;
+      spdlog::warn("policy {:#x} has the hash of the new policy but other contents: not shared", cand);
+      break;
+    }
+  }
+  return maps::PolicyId{0};
+}
 
 absl::StatusOr<maps::PolicyId> FindEqualPolicy(const maps::PolicyStore& store, const maps::SandboxTable& table,
                                                const SandboxRecords& records, const policy::CompiledPolicy& p,
@@ -145,7 +257,23 @@ absl::Status Registry::Locked(Fn fn) {
   SandboxRecords records(paths_);
   EGR_ASSIGN_OR_RETURN(auto dns, maps::DnsEndpoints::Open(paths_.pin_root));
   maps::ResolvedTable resolved(maps);
-  return fn(Env{store, table, records, dns, resolved});
+  if (index_) {
+    if (absl::Status s = index_->Sync(records); !s.ok()) {
+      index_->Invalidate();
+      return s;
+    }
+  }
+  absl::Status s = fn(Env{store, table, records, dns, resolved});
+  if (index_) {
+    // A failed call may have left a record half-way (restored or not):
+    // the next call reads them all again.
+    if (s.ok()) {
+      index_->Seen(records);
+    } else {
+      index_->Invalidate();
+    }
+  }
+  return s;
 }
 
 absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::CompiledPolicy& p) {
@@ -157,9 +285,11 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
     const std::string step = flip ? "flip" : "register";
 
     EGR_ASSIGN_OR_RETURN(const std::optional<maps::DnsEndpoint> endpoint,
-                         EndpointFor(sandbox, env.records, old_record));
+                         EndpointFor(sandbox, env.records, old_record, index_));
     const uint64_t hash = p.ContentHash();
-    EGR_ASSIGN_OR_RETURN(maps::PolicyId id, FindEqualPolicy(env.store, env.table, env.records, p, hash, cg));
+    EGR_ASSIGN_OR_RETURN(maps::PolicyId id,
+                         index_ ? FindEqualPolicy(*index_, env.table, env.records, p, hash, cg)
+                                : FindEqualPolicy(env.store, env.table, env.records, p, hash, cg));
     const bool shared = id != 0;
     if (!shared) {
       EGR_ASSIGN_OR_RETURN(id, env.store.FreshId());
@@ -183,6 +313,7 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
       if (old_record) record.previous_labels = old_record->labels;
     }
     EGR_RETURN_IF_ERROR(env.records.Write(record));
+    if (index_) index_->Put(record);
     CrashPoint(step + ":after-record");
 
     // 2. The policy: a new id's entries then header, or one more reference.
@@ -241,6 +372,13 @@ absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::Compil
     }
     // 5. An endpoint the sandbox no longer has (registered again without one).
     if (!endpoint) EGR_RETURN_IF_ERROR(env.dns.Remove(cg));
+    if (index_ && flip) {
+      // The record still names the policy it replaced; the index lets go of
+      // it as the next record written will (never sharing a released id).
+      SandboxRecord settled = record;
+      settled.previous.reset();
+      index_->Put(settled);
+    }
     spdlog::debug("cgroup {} now judged by policy {:#x}{}", cg, id, shared ? " (shared)" : "");
     return absl::OkStatus();
   });
@@ -264,6 +402,7 @@ absl::Status Registry::Unregister(uint64_t cgroup_id) {
     // What it learned goes with it (the collector would take it only at its
     // expiry).
     EGR_RETURN_IF_ERROR(env.resolved.RemoveSandbox(cgroup_id));
+    if (index_) index_->Erase(cgroup_id);
     return env.records.Remove(cgroup_id);
   });
 }
@@ -278,6 +417,7 @@ absl::Status Registry::Contain(uint64_t cgroup_id) {
     }
     // A contained root is no sandbox: it has no record and no endpoint.
     EGR_RETURN_IF_ERROR(env.dns.Remove(cgroup_id));
+    if (index_) index_->Erase(cgroup_id);
     return env.records.Remove(cgroup_id);
   });
 }

@@ -21,7 +21,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,9 +64,58 @@ struct SandboxSpec {
 inline constexpr uint16_t kDnsPortFirst = 20000;
 inline constexpr uint16_t kDnsPortLast = 29999;
 
+// A counter every SandboxRecords Write, Remove and Quarantine raises (the
+// file <records dir>/generation, read and written under the instance lock),
+// so a process that keeps an index of the records (RegistryIndex) knows when
+// another one changed them.  0: never written.  Not fsynced: it matters only
+// to processes running now (a restarted one builds its index afresh).
+absl::StatusOr<uint64_t> RecordsGeneration(const SandboxRecords& records);
+
+// What a long-lived caller (the daemon) keeps of the records between its
+// registrations, so that a register reads no other sandbox's record and
+// walks no map: the DNS ports taken (the lowest free one in O(log N)) and,
+// per content hash, the policy ids installed and the sandboxes whose records
+// hold their contents (FindEqualPolicy then reads one of those records).
+// It is a cache, never the truth: Registry brings it up to date under the
+// instance lock, rebuilding it (every record read once) whenever another
+// process changed a record since (RecordsGeneration), and a
+// sharing candidate is still checked against the sandbox table and the
+// record before it is used.
+class RegistryIndex {
+ public:
+  RegistryIndex();
+  // Up to date with `records` (rebuilt when its generation moved).
+  absl::Status Sync(const SandboxRecords& records);
+  // After a change this index's owner made (under the lock): the record as
+  // written, or gone; then the generation it leaves.
+  void Put(const SandboxRecord& r);
+  void Erase(uint64_t cgroup_id);
+  void Seen(const SandboxRecords& records);
+  void Invalidate() { generation_.reset(); }
+
+  std::optional<uint16_t> LowestFreePort() const;
+  // The policy ids whose recorded contents have `hash`, each with the
+  // sandboxes whose records hold them.
+  std::vector<std::pair<maps::PolicyId, std::vector<uint64_t>>> Knowers(uint64_t hash) const;
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::optional<uint16_t> port;
+    std::vector<std::pair<maps::PolicyId, uint64_t>> known;  // policy id, its content hash
+  };
+  std::optional<uint64_t> generation_;
+  std::map<uint64_t, Entry> entries_;  // by cgroup id
+  std::set<uint16_t> free_ports_;
+  std::map<uint16_t, int> port_claims_;  // records naming each taken port
+  std::map<uint64_t, std::map<maps::PolicyId, std::set<uint64_t>>> by_hash_;
+};
+
 class Registry {
  public:
-  explicit Registry(Paths paths) : paths_(std::move(paths)) {}
+  // `index`: the caller's RegistryIndex, kept up to date by every call
+  // (nullptr: read the records and maps as they are, O(sandboxes)).
+  explicit Registry(Paths paths, RegistryIndex* index = nullptr) : paths_(std::move(paths)), index_(index) {}
 
   // Writes the policy aside (or shares an equal one), then points the sandbox
   // at it in one map update (wholly old or wholly new policy, never a mix),
@@ -86,6 +137,7 @@ class Registry {
   absl::Status Locked(Fn fn);
 
   Paths paths_;
+  RegistryIndex* index_ = nullptr;
 };
 
 // The stored policy id whose contents equal p, or 0: a candidate (same
@@ -94,6 +146,12 @@ class Registry {
 // holds that id's contents holds the same contents as p (O(1) records read,
 // whatever the number of sandboxes sharing it).
 absl::StatusOr<maps::PolicyId> FindEqualPolicy(const maps::PolicyStore& store, const maps::SandboxTable& table,
+                                               const SandboxRecords& records, const policy::CompiledPolicy& p,
+                                               uint64_t content_hash, uint64_t except);
+// The same from `index`: only the sandboxes its records say know a
+// candidate are looked at (a sandbox-table lookup and a record each, the
+// first that checks out decides).
+absl::StatusOr<maps::PolicyId> FindEqualPolicy(const RegistryIndex& index, const maps::SandboxTable& table,
                                                const SandboxRecords& records, const policy::CompiledPolicy& p,
                                                uint64_t content_hash, uint64_t except);
 

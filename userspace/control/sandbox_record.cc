@@ -344,15 +344,45 @@ absl::StatusOr<std::vector<SandboxRecord>> SandboxRecords::List(std::vector<uint
   return out;
 }
 
+static absl::Status BumpGeneration(const std::string& dir);
+
 absl::Status SandboxRecords::Write(const SandboxRecord& r) const {
   EGR_RETURN_IF_ERROR(MakeDirs(dir_, 0700));
   const std::string path = PathOf(r.cgroup_id);
-  return WriteFileAtomically(path, ToJsonText(r));
+  EGR_RETURN_IF_ERROR(WriteFileAtomically(path, ToJsonText(r)));
+  return BumpGeneration(dir_);
+}
+
+absl::StatusOr<uint64_t> RecordsGeneration(const SandboxRecords& records) {
+  const std::string path = records.dir() + "/generation";
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return uint64_t{0};
+    return ErrnoStatus(errno, absl::StrCat("open ", path));
+  }
+  uint64_t g = 0;
+  const ssize_t n = pread(fd.get(), &g, sizeof(g), 0);
+  if (n < 0) return ErrnoStatus(errno, absl::StrCat("read ", path));
+  return n == sizeof(g) ? g : 0;
+}
+
+// Not fsynced: the counter matters only to processes running now (a
+// restarted one builds its index afresh).
+static absl::Status BumpGeneration(const std::string& dir) {
+  const std::string path = dir + "/generation";
+  UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("open ", path));
+  uint64_t g = 0;
+  if (pread(fd.get(), &g, sizeof(g), 0) != sizeof(g)) g = 0;
+  ++g;
+  if (pwrite(fd.get(), &g, sizeof(g), 0) != sizeof(g)) return ErrnoStatus(errno, absl::StrCat("write ", path));
+  return absl::OkStatus();
 }
 
 absl::Status SandboxRecords::Quarantine(uint64_t cgroup_id) const {
   const std::string path = PathOf(cgroup_id), aside = path + ".corrupt";
   if (rename(path.c_str(), aside.c_str()) != 0) return ErrnoStatus(errno, absl::StrCat("rename ", path, " to ", aside));
+  EGR_RETURN_IF_ERROR(BumpGeneration(dir_));
   return FsyncPath(dir_, O_RDONLY | O_DIRECTORY);
 }
 
@@ -362,6 +392,7 @@ absl::Status SandboxRecords::Remove(uint64_t cgroup_id) const {
     if (errno == ENOENT) return absl::OkStatus();
     return ErrnoStatus(errno, absl::StrCat("remove sandbox record ", path));
   }
+  EGR_RETURN_IF_ERROR(BumpGeneration(dir_));
   return FsyncPath(dir_, O_RDONLY | O_DIRECTORY);
 }
 

@@ -27,6 +27,7 @@ void Daemon::CollectVanished(uint64_t cgroup_id) {
   auto rec = records_->Load(cgroup_id);
   if (rec.ok() && !rec->has_value()) {
     if (proxy_) proxy_->Stop(cgroup_id);
+  TrimAfterStop();
     return;
   }
   // The watch said so; the kernel must agree before anything goes.
@@ -47,7 +48,8 @@ void Daemon::CollectVanished(uint64_t cgroup_id) {
     }
   }
   if (proxy_) proxy_->Stop(cgroup_id);
-  if (absl::Status s = control::Registry(options_.paths).Unregister(cgroup_id); !s.ok()) {
+  TrimAfterStop();
+  if (absl::Status s = IndexedRegistry().Unregister(cgroup_id); !s.ok()) {
     // The next start's reconcile collects what is left (a dead cgroup's
     // entry and record go there).
     spdlog::error("cgroup {} ({}) was removed but collecting its sandbox failed: {}", cgroup_id, path, s.ToString());

@@ -25,6 +25,7 @@
 #include "userspace/common/errors.h"
 #include "userspace/common/unique_fd.h"
 #include "userspace/control/registry.h"
+#include "userspace/control/sandbox_caps.h"
 #include "userspace/daemon/daemon.h"
 #include "userspace/policy/yaml_walk.h"
 
@@ -195,6 +196,15 @@ std::string OwnCgroupPath() {
   return mount.ok() ? *mount + path : path;
 }
 
+// InvalidArgument with one line per cap of `limits` that `p` is past.
+absl::Status OverCaps(const policy::CompiledPolicy& p, const policy::SandboxLimits& limits) {
+  EGR_ASSIGN_OR_RETURN(control::CapUse use, control::CountCapUse(p));
+  std::vector<std::string> lines;
+  for (const auto& c : control::ExceededCaps(use, limits)) lines.push_back(c.message);
+  if (lines.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<Declaration>> Daemon::SaveDeclaration(uint64_t cgroup_id, const std::string& id,
@@ -292,6 +302,9 @@ Response Daemon::ApplyConfig(policy::DeploymentConfig next, std::optional<policy
       auto p = policy::CompileInputs(ToPolicyInputs(req, text, r.dns.has_value()));
       if (p.ok()) compiled = maps::CheckFitsMaps(*p);
       if (!p.ok()) compiled = p.status();
+      // The caps are compile rules too: a lowered one fails the sandboxes
+      // past it as a new protected range would.
+      if (compiled.ok()) compiled = OverCaps(*p, next.limits);
       if (compiled.ok()) {
         it.policy = std::move(*p);
         it.outcome = "recompiled";
@@ -311,6 +324,10 @@ Response Daemon::ApplyConfig(policy::DeploymentConfig next, std::optional<policy
       // reconcile): its policy is narrowed to the floor, never widened.
       it.policy = std::move(restricted.policy);
       it.outcome = "narrowed";
+      if (absl::Status caps = OverCaps(it.policy, next.limits); !caps.ok()) {
+        if (!absl::IsInvalidArgument(caps)) return FromStatus(caps);
+        restricted.conflicts.emplace_back(caps.message());
+      }
       if (!restricted.conflicts.empty()) {
         it.outcome = "failed";
         it.error = FromStatus(absl::InvalidArgumentError(absl::StrCat(
@@ -350,7 +367,7 @@ Response Daemon::ApplyConfig(policy::DeploymentConfig next, std::optional<policy
         spec.dns_addr4 = r.dns->addr4;
         spec.dns_addr6 = r.dns->addr6;
       }
-      if (absl::Status s = control::Registry(options_.paths).Register(spec, it.policy); !s.ok()) {
+      if (absl::Status s = IndexedRegistry().Register(spec, it.policy); !s.ok()) {
         node_failed = true;
         it.outcome = "error";
         it.error = FromStatus(s).body["error"];
@@ -381,9 +398,7 @@ Response Daemon::ApplyConfig(policy::DeploymentConfig next, std::optional<policy
     if (!it.error.is_null()) o["error"] = it.error;
     outcomes.push_back(std::move(o));
   }
-  for (const auto& [id, h] : held_) {
-    outcomes.push_back({{"id", id}, {"pod_uid", h.request.pod_uid}, {"outcome", "pending"}});
-  }
+  RecheckHeld(outcomes);
   ReleaseConfigRoots(via, roots, node_failed);
   size_t failed = 0, changed = 0;
   for (const auto& o : outcomes) {
@@ -416,6 +431,37 @@ Response Daemon::ApplyConfig(policy::DeploymentConfig next, std::optional<policy
                           {"result", body}}};
   }
   return Response{200, std::move(body)};
+}
+
+void Daemon::RecheckHeld(nlohmann::json& outcomes) {
+  // A held PUT is one that will apply: judged again under the new config
+  // (deployment_ and config_ are the new ones now), exactly as a PUT now
+  // would be.  One that no longer passes is marked failed with the reasons
+  // (never applied when its cgroup appears; DELETE or PUT it again) and
+  // leaves the disk, so a restart does not hold it again.
+  for (auto& [id, h] : held_) {
+    nlohmann::json o = {{"id", id}, {"pod_uid", h.request.pod_uid}, {"outcome", "pending"}};
+    if (h.error.is_null()) {
+      Prepared p = Prepare(id, h.request);
+      std::optional<Response> refusal = std::move(p.refusal);
+      if (!refusal && !p.bad.empty()) refusal = FromStatus(absl::InvalidArgumentError(absl::StrJoin(p.bad, "\n")));
+      if (refusal) {
+        refusal->body["error"]["message"] =
+            absl::StrCat("held, and no longer accepted under the reloaded config: ",
+                         refusal->body["error"].value("message", ""));
+        h.error = {{"status", refusal->status}, {"body", refusal->body}};
+        ForgetHeld(id);
+        o["outcome"] = "failed";
+        o["error"] = refusal->body["error"];
+        spdlog::error("reload: held sandbox {} (pod {}) failed: {}", id, h.request.pod_uid, o["error"].dump());
+      }
+    } else {
+      o["outcome"] = "failed";
+      o["error"] = h.error["body"].value("error", nlohmann::json(nullptr));
+    }
+    outcomes.push_back(std::move(o));
+  }
+  OnCgroupTreeChange();  // the failed ones no longer need watching
 }
 
 nlohmann::json Daemon::ContainConfigRoots(const std::string& via, bool& node_failed) {
@@ -464,7 +510,7 @@ nlohmann::json Daemon::ContainConfigRoots(const std::string& via, bool& node_fai
       continue;
     }
     if (!entry->has_value() || (*entry)->kind != EGR_CG_CONTAINED_ROOT) {
-      if (absl::Status s = control::Registry(options_.paths).Contain(*id); !s.ok()) {
+      if (absl::Status s = IndexedRegistry().Contain(*id); !s.ok()) {
         node_failed = true;
         refuse(s.ToString());
         continue;
@@ -501,7 +547,7 @@ void Daemon::ReleaseConfigRoots(const std::string& via, nlohmann::json& state, b
     }
     auto entry = table.Get(old.cgroup_id);
     if (entry.ok() && entry->has_value() && (*entry)->kind == EGR_CG_CONTAINED_ROOT) {
-      if (absl::Status s = control::Registry(options_.paths).Unregister(old.cgroup_id); !s.ok()) {
+      if (absl::Status s = IndexedRegistry().Unregister(old.cgroup_id); !s.ok()) {
         node_failed = true;
         now.push_back(old);  // still in force: try again next time
         spdlog::error("containedRoots: releasing {}: {}", old.path, s.ToString());

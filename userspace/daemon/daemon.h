@@ -180,6 +180,15 @@ class Daemon {
   void ForgetDeclaration(uint64_t cgroup_id);
   // A sandbox a reload left `failed`: its state and error in `j`.
   void MarkFailed(uint64_t cgroup_id, nlohmann::json& j);
+  // The registry's in-memory index of the records (control::RegistryIndex):
+  // a PUT reads no other sandbox's record.
+  control::Registry IndexedRegistry() { return control::Registry(options_.paths, &registry_index_); }
+  // After sandboxes went (memory_trim.cc): the heap pages their DNS
+  // endpoints freed go back to the kernel.
+  void TrimAfterStop();
+  // A reload's pass over the held PUTs (config_reload.cc): each judged again
+  // under the new config; its outcome appended.
+  void RecheckHeld(nlohmann::json& outcomes);
   nlohmann::json ContainedRootsJson();
   void ReadyContainedRoots(nlohmann::json& checks, std::vector<std::string>& missing);
   std::unique_ptr<DeclarationStore> declarations_;
@@ -201,6 +210,9 @@ class Daemon {
   std::unique_ptr<HandoverServer> handover_;
   std::unique_ptr<boost::asio::steady_timer> drain_timer_;
   bool superseded_ = false;
+  control::RegistryIndex registry_index_;
+  size_t stopped_since_trim_ = 0;
+  bool trim_posted_ = false;
 };
 
 }  // namespace egressd::daemon

@@ -238,7 +238,7 @@ Response Daemon::Apply(const std::string& id, const SandboxRequest& req) {
   // registration fail.
   auto previous_declaration = SaveDeclaration(*cgid, id, req);
   if (!previous_declaration.ok()) return FromStatus(previous_declaration.status());
-  if (absl::Status s = control::Registry(options_.paths).Register(spec, policy); !s.ok()) {
+  if (absl::Status s = IndexedRegistry().Register(spec, policy); !s.ok()) {
     RestoreDeclaration(*cgid, *previous_declaration);
     return FromStatus(s);
   }
@@ -295,10 +295,11 @@ Response Daemon::Delete(const std::string& id) {
   if (!r.ok()) return FromStatus(r.status());
   if (!*r) return ErrorResponse(404, "not_found", absl::StrCat("no sandbox ", id));
   const control::SandboxRecord rec = **r;
-  if (absl::Status s = control::Registry(options_.paths).Unregister(rec.cgroup_id); !s.ok()) return FromStatus(s);
+  if (absl::Status s = IndexedRegistry().Unregister(rec.cgroup_id); !s.ok()) return FromStatus(s);
   index_.erase(id);
   ForgetDeclaration(rec.cgroup_id);
   if (proxy_) proxy_->Stop(rec.cgroup_id);
+  TrimAfterStop();
   if (resolved_) {
     if (absl::Status s = resolved_->RemoveSandbox(rec.cgroup_id); !s.ok()) spdlog::warn("sandbox {}: {}", id, s.ToString());
   }
