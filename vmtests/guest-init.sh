@@ -89,15 +89,22 @@ else
   echo "$MARK LOAD LOG END"
 fi
 
+# The guest's CPU time from /proc/stat: "busy idle" in clock ticks, summed
+# over its CPUs.  A binary's busy share says whether its time is emulated
+# work or waiting (timeouts, sleeps): what overlapping the guest with other
+# work can win (vmtests/run.sh --guests, .ci/run).
+cpu_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8, $5 + $6; exit }' /proc/stat; }
 for t in $TESTS; do
   say "running $t (filter: ${GTEST_FILTER:-*}, timeout ${SUITE_TIMEOUT}s)"
   start=$(date +%s)
+  set -- $(cpu_ticks); busy0=$1 idle0=$2
   REQUIRE_BPF=1 EGR_REQUIRE_LSM=1 timeout -s KILL "$SUITE_TIMEOUT" "/opt/egressd/bin/$t" \
     "--gtest_filter=${GTEST_FILTER:-*}" --gtest_color=no --gtest_brief=0
   rc=$?
   end=$(date +%s)
+  set -- $(cpu_ticks); busy=$(($1 - busy0)) all=$(($1 - busy0 + $2 - idle0))
   [ "$rc" -eq 0 ] || overall=1
-  echo "$MARK RESULT $t rc=$rc secs=$((end - start))"
+  echo "$MARK RESULT $t rc=$rc secs=$((end - start)) cpu=$((all > 0 ? 100 * busy / all : 0))%"
 done
 
 # Anything the tests left behind is a finding too.

@@ -9,9 +9,16 @@
 #   vmtests/run.sh [--kernel PATH [--modules DIR]] [--suite GTEST_FILTER]
 #                  [--tests "BIN..."] [--timeout SECS] [--accel auto|kvm|tcg]
 #                  [--cgroup-mount /sys/fs/cgroup[/NAME]] [--mem SIZE] [--smp N]
-#                  [--append KERNEL_ARGS] [--no-build] [--no-install] [--keep] [--quiet]
+#                  [--append KERNEL_ARGS] [--guests auto|N] [--no-build] [--no-install]
+#                  [--install-only] [--keep] [--quiet]
 #
-# The console log stays in build/vmtests/<kernel release>/console.log.
+# --guests N splits the binaries over N guests booted side by side (each -smp,
+# -m as given), balanced by vmtests/weights; auto: 2 where the host has 2+
+# CPUs and the memory for both, else 1.  Under TCG a guest is mostly waiting
+# (timeouts, sleeps; each binary's guest CPU share is in the summary), so two
+# finish well before one.  --install-only installs the host packages and exits.
+# The console log stays in build/vmtests/<kernel release>/console.log (with
+# several guests: console-gN.log each, and console.log their concatenation).
 # Exit status: 0 all tests passed; 1 a test failed, or the guest crashed, hung
 # or never reported (the log path is printed); 2 bad usage or setup.
 # Run as root (installs Debian packages; packs device nodes).  See docs/kernels.md.
@@ -20,11 +27,12 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 here="$repo/vmtests"
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "vmtests: $*" >&2; exit 2; }
 log() { [[ $quiet == 1 ]] || echo "vmtests: $*"; }
 
 append="" cgmount=/sys/fs/cgroup accel=auto kernel="" modules="" suite="" timeout_s=2400 mem=2G smp=2 build=1 install=1 keep=0 quiet=0
+guests=auto install_only=0
 tests=""
 while (($#)); do
   case $1 in
@@ -40,6 +48,8 @@ while (($#)); do
     --smp) smp=${2:?}; shift 2 ;;
     --no-build) build=0; shift ;;
     --no-install) install=0; shift ;;
+    --install-only) install_only=1; shift ;;
+    --guests) guests=${2:?}; shift 2 ;;
     --keep) keep=1; shift ;;
     --quiet) quiet=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -49,6 +59,7 @@ done
 [[ $(id -u) -eq 0 ]] || die "run as root (installs packages, makes device nodes for the initramfs)"
 [[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout takes seconds"
 [[ $accel =~ ^(auto|kvm|tcg)$ ]] || die "--accel takes auto, kvm or tcg"
+[[ $guests =~ ^(auto|[1-9])$ ]] || die "--guests takes auto or 1-9"
 [[ $cgmount =~ ^/sys/fs/cgroup(/[A-Za-z0-9._-]+)?$ ]] || die "--cgroup-mount: /sys/fs/cgroup or /sys/fs/cgroup/NAME"
 # Seconds from qemu's start to the guest's first line of ours (TCG: ~5 s here).
 boot_timeout=${VMTESTS_BOOT_TIMEOUT:-180}
@@ -85,8 +96,11 @@ if [[ $install == 1 ]]; then
     bpftool iproute2 util-linux mount nftables dnsmasq-base bind9-dnsutils kmod xz-utils \
     tcpdump iputils-ping nmap
   # The default kernel: Debian 12's current 6.1 (the metapackage pulls it).
-  [[ -n $kernel ]] || ensure_packages linux-image-amd64
+  # INITRD=No: the kernel's postinst skips update-initramfs (this script packs
+  # its own initramfs; Debian's, for a kernel nobody boots here, cost CI time).
+  [[ -n $kernel ]] || INITRD=No ensure_packages linux-image-amd64
 fi
+if [[ $install_only == 1 ]]; then log "packages installed"; exit 0; fi
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (drop --no-install?)"
 [[ -x /bin/busybox ]] || die "/bin/busybox not found (busybox-static)"
 
@@ -152,10 +166,48 @@ for t in $tests; do
   [[ " ${priv_tests[*]} " == *" $t "* ]] || die "--tests: $t is not a priv test (${priv_tests[*]})"
 done
 
+# ---- guests ----------------------------------------------------------------------------
+# How many: auto is 2 on a host with 2+ CPUs whose available memory holds both
+# guests (plus 1 GiB for the host), else 1.
+mem_mib=$(numfmt --from=iec "${mem}" 2>/dev/null || echo 0); mem_mib=$((mem_mib / 1048576))
+if [[ $guests == auto ]]; then
+  avail_mib=$(awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo)
+  guests=1
+  if (($(nproc) >= 2 && avail_mib >= 2 * mem_mib + 1024)); then guests=2; fi
+fi
+n_tests=$(wc -w <<<"$tests")
+((guests <= n_tests)) || guests=$((n_tests > 0 ? n_tests : 1))
+# Longest first onto the least loaded guest, by the seconds each binary took in
+# a 6.1 guest under TCG (vmtests/weights; a binary not listed counts 60 s).
+# Each guest keeps the suite's order.
+declare -A weight=()
+if [[ -r $here/weights ]]; then
+  while read -r w_name w_secs _; do
+    [[ $w_name == \#* || -z $w_name ]] || weight[$w_name]=$w_secs
+  done < "$here/weights"
+fi
+declare -A guest_of=()
+load=()
+for ((g = 1; g <= guests; g++)); do load[g]=0; done
+while read -r w t; do
+  best=1
+  for ((g = 2; g <= guests; g++)); do ((load[g] < load[best])) && best=$g; done
+  guest_of[$t]=$best
+  load[best]=$((load[best] + w))
+done < <(for t in $tests; do echo "${weight[$t]:-60} $t"; done | sort -k1,1nr -k2)
+guest_tests=()
+for ((g = 1; g <= guests; g++)); do
+  guest_tests[g]=""
+  for t in $tests; do
+    [[ ${guest_of[$t]} == "$g" ]] && guest_tests[g]+="${guest_tests[g]:+ }$t"
+  done
+done
+
 stage=$(mktemp -d /tmp/egr-vmtests.XXXXXX)
-qemu_pid=""
+qemu_pids=()
 cleanup() {
-  if [[ -n $qemu_pid ]]; then kill -KILL "$qemu_pid" 2>/dev/null || true; fi
+  local p
+  for p in "${qemu_pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   if [[ $keep == 1 ]]; then echo "vmtests: kept $stage" >&2; else rm -rf "$stage"; fi
 }
 trap cleanup EXIT
@@ -271,62 +323,99 @@ done > "$root/vmtest/modules.order"
 cp "$modules"/modules.builtin* "$root/lib/modules/$release/" 2>/dev/null || true
 depmod -b "$root" "$release" 2>/dev/null || true
 
-# The guest's script and its configuration.  The marker carries a per-run nonce,
-# so no test output can forge a result.
-mark="EGRESSD-VMTEST-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
-sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
-{
-  echo "MARK=$(sq "$mark")"
-  echo "TESTS=$(sq "$tests")"
-  echo "GTEST_FILTER=$(sq "$suite")"
-  echo "EGR_TIME_SCALE=$([[ $accel == kvm ]] && echo 1 || echo 5)"
-  echo "CGROUP2_MOUNT=$(sq "$cgmount")"
-  echo "SUITE_TIMEOUT=$((timeout_s > 120 ? timeout_s - 60 : timeout_s))"
-} > "$root/vmtest/config"
 install -m 755 "$here/guest-init.sh" "$root/vmtest/guest-init.sh"
-
 initrd="$stage/initramfs.cpio"
 (cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) > "$initrd"
+
+# The guest's configuration, one per guest: a second cpio archive appended to
+# the common one (the kernel unpacks both, in order).  The marker carries a
+# per-run nonce, so no test output can forge a result.
+mark="EGRESSD-VMTEST-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
+for ((g = 1; g <= guests; g++)); do
+  cfg="$stage/config-g$g"
+  mkdir -p "$cfg/vmtest"
+  {
+    echo "MARK=$(sq "$mark")"
+    echo "TESTS=$(sq "${guest_tests[g]}")"
+    echo "GTEST_FILTER=$(sq "$suite")"
+    echo "EGR_TIME_SCALE=$([[ $accel == kvm ]] && echo 1 || echo 5)"
+    echo "CGROUP2_MOUNT=$(sq "$cgmount")"
+    echo "SUITE_TIMEOUT=$((timeout_s > 120 ? timeout_s - 60 : timeout_s))"
+  } > "$cfg/vmtest/config"
+  cp "$initrd" "$stage/initramfs-g$g.cpio"
+  (cd "$cfg" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) >> "$stage/initramfs-g$g.cpio"
+done
+rm -f "$initrd"
 pack_s=$(elapsed "$t_pack")
-log "initramfs: $(du -h "$initrd" | cut -f1) for $release, packed in ${pack_s}s"
+log "initramfs: $(du -h "$stage/initramfs-g1.cpio" | cut -f1) for $release, packed in ${pack_s}s"
 
 # ---- boot ------------------------------------------------------------------------------
-log "booting $kernel under qemu ($accel_note, -m $mem -smp $smp), timeout ${timeout_s}s"
-log "console: $console"
+log "booting $kernel under qemu ($accel_note, -m $mem -smp $smp), $guests guest(s), timeout ${timeout_s}s"
 t_boot=$(date +%s.%N)
 t0=$SECONDS
-# qemu picks the first accelerator that works: KVM where present, else TCG.
-qemu-system-x86_64 \
-  "${accel_args[@]}" -cpu max -smp "$smp" -m "$mem" \
-  -nodefaults -no-user-config -display none -no-reboot \
-  -serial "file:$console" \
-  -kernel "$kernel" -initrd "$initrd" \
-  -append "console=ttyS0 panic=-1 oops=panic rdinit=/init net.ifnames=0${append:+ $append}" \
-  </dev/null >"$stage/qemu.out" 2>&1 &
-qemu_pid=$!
-touch "$console"
-if [[ $quiet == 0 ]]; then
-  tail -n +1 --pid="$qemu_pid" -f "$console" | tr -d '\r' &
-fi
-# Bounds: the guest must reach our script within $boot_timeout s (a kernel that
-# hangs early, or a broken KVM, prints nothing), and finish within $timeout_s s.
-hung=""
-while kill -0 "$qemu_pid" 2>/dev/null; do
-  if [[ -z $hung ]] && ((SECONDS - t0 > timeout_s)); then hung="did not finish within ${timeout_s}s"; fi
-  if [[ -z $hung ]] && ((SECONDS - t0 > boot_timeout)) && ! grep -q '^vmtest: kernel' "$console"; then
-    hung="did not reach its init script within ${boot_timeout}s"
+consoles=()
+for ((g = 1; g <= guests; g++)); do
+  c=$console
+  ((guests == 1)) || c="$out/console-g$g.log"
+  rm -f "$c"; touch "$c"
+  consoles[g]=$c
+  log "guest $g: ${guest_tests[g]}"
+  log "guest $g console: $c"
+  # qemu picks the first accelerator that works: KVM where present, else TCG.
+  qemu-system-x86_64 \
+    "${accel_args[@]}" -cpu max -smp "$smp" -m "$mem" \
+    -nodefaults -no-user-config -display none -no-reboot \
+    -serial "file:$c" \
+    -kernel "$kernel" -initrd "$stage/initramfs-g$g.cpio" \
+    -append "console=ttyS0 panic=-1 oops=panic rdinit=/init net.ifnames=0${append:+ $append}" \
+    </dev/null >"$stage/qemu-g$g.out" 2>&1 &
+  qemu_pids[g]=$!
+  if [[ $quiet == 0 ]]; then
+    prefix=""
+    ((guests == 1)) || prefix="[g$g] "
+    tail -n +1 --pid="${qemu_pids[g]}" -f "$c" | tr -d '\r' | sed -u "s/^/$prefix/" &
   fi
-  if [[ -n $hung ]]; then kill -KILL "$qemu_pid" 2>/dev/null || true; break; fi
-  sleep 1
 done
-qemu_rc=0
-wait "$qemu_pid" 2>/dev/null || qemu_rc=$?
-qemu_pid=""
-wait 2>/dev/null || true   # the console tail ends with qemu
+# Bounds: each guest must reach our script within $boot_timeout s (a kernel that
+# hangs early, or a broken KVM, prints nothing), and finish within $timeout_s s.
+hung=()
+qemu_rc=()
+running=$guests
+while ((running > 0)); do
+  running=0
+  for ((g = 1; g <= guests; g++)); do
+    p=${qemu_pids[g]}
+    [[ -n $p ]] || continue
+    if ! kill -0 "$p" 2>/dev/null; then
+      rc=0; wait "$p" 2>/dev/null || rc=$?
+      qemu_rc[g]=$rc; qemu_pids[g]=""
+      continue
+    fi
+    running=$((running + 1))
+    if [[ -z ${hung[g]:-} ]] && ((SECONDS - t0 > timeout_s)); then hung[g]="did not finish within ${timeout_s}s"; fi
+    if [[ -z ${hung[g]:-} ]] && ((SECONDS - t0 > boot_timeout)) && ! grep -q '^vmtest: kernel' "${consoles[g]}"; then
+      hung[g]="did not reach its init script within ${boot_timeout}s"
+    fi
+    [[ -z ${hung[g]:-} ]] || kill -KILL "$p" 2>/dev/null || true
+  done
+  ((running == 0)) || sleep 1
+done
+wait 2>/dev/null || true   # the console tails end with qemu
 boot_s=$(elapsed "$t_boot")
-if [[ -s $stage/qemu.out ]]; then
-  grep -v "Could not access KVM kernel module\|failed to initialize kvm\|falling back to tcg" \
-    "$stage/qemu.out" >&2 || true
+for ((g = 1; g <= guests; g++)); do
+  if [[ -s $stage/qemu-g$g.out ]]; then
+    grep -v "Could not access KVM kernel module\|failed to initialize kvm\|falling back to tcg" \
+      "$stage/qemu-g$g.out" >&2 || true
+  fi
+done
+# One log for the verdict (and for whoever reads it later): the guests' consoles
+# one after the other.
+if ((guests > 1)); then
+  for ((g = 1; g <= guests; g++)); do
+    echo "===== guest $g: ${guest_tests[g]}"
+    cat "${consoles[g]}"
+  done > "$console"
 fi
 
 # ---- verdict ---------------------------------------------------------------------------
@@ -334,7 +423,8 @@ clean=$(tr -d '\r' < "$console" 2>/dev/null || true)
 {
   echo "kernel: $kernel ($release)"
   echo "accelerator: $accel_note"
-  echo "initramfs pack: ${pack_s}s; qemu (boot + tests + power-off): ${boot_s}s; total: $(elapsed "$t_start")s"
+  echo "initramfs pack: ${pack_s}s; qemu (boot + tests + power-off): ${boot_s}s; total: $(elapsed "$t_start")s; guests: $guests"
+  for ((g = 1; g <= guests; g++)); do echo "guest $g: ${guest_tests[g]}"; done
   echo "probe:"
   awk -v m="$mark" '$0 == m " PROBE BEGIN" { on = 1; next } index($0, m " PROBE END") == 1 { on = 0 } on' <<<"$clean" | sed 's/^/  /'
   grep -F "$mark LOAD" <<<"$clean" | sed "s/^$mark /  /" || true
@@ -357,7 +447,6 @@ clean=$(tr -d '\r' < "$console" 2>/dev/null || true)
   grep -E '^\[  FAILED  \] [A-Za-z].*[^)]$' <<<"$clean" | sed 's/, where GetParam() = .*//' | sort -u | sed 's/^/  /' || true
 } > "$summary"
 
-done_line=$(grep -F "$mark DONE" <<<"$clean" | tail -n1 || true)
 echo "----- vmtests summary ($summary)"
 cat "$summary"
 # Test counts over every binary that reported, for the closing line.
@@ -368,24 +457,29 @@ read -r n_pass n_fail n_skip < <(awk '
   }
   END { print p + 0, f + 0, s + 0 }' "$summary")
 closing() { echo "vmtests: $n_pass passed, $((n_fail + $1)) failed, $n_skip skipped"; }
-if [[ -n $hung ]]; then
-  echo "vmtests: FAILED: the guest $hung (killed); console log: $console"
-  last=$(grep -E '^\[ RUN      \] ' <<<"$clean" | tail -n1 | cut -c14-)
-  [[ -z $last ]] || echo "vmtests: the last test started was $last"
-  [[ $accel != kvm ]] || echo "vmtests: (with KVM: if the log is empty, KVM may not work on this host; try --accel tcg)"
-  closing 1
+extra=0 failed_rc=0
+for ((g = 1; g <= guests; g++)); do
+  who="the guest"; ((guests == 1)) || who="guest $g (${guest_tests[g]})"
+  cg=$(tr -d '\r' < "${consoles[g]}" 2>/dev/null || true)
+  done_line=$(grep -F "$mark DONE" <<<"$cg" | tail -n1 || true)
+  if [[ -n ${hung[g]:-} ]]; then
+    echo "vmtests: FAILED: $who ${hung[g]} (killed); console log: ${consoles[g]}"
+    last=$(grep -E '^\[ RUN      \] ' <<<"$cg" | tail -n1 | cut -c14-)
+    [[ -z $last ]] || echo "vmtests: the last test started there was $last"
+    [[ $accel != kvm ]] || echo "vmtests: (with KVM: if the log is empty, KVM may not work on this host; try --accel tcg)"
+    extra=$((extra + 1))
+  elif [[ -z $done_line ]]; then
+    echo "vmtests: FAILED: $who stopped without reporting (crash, panic or early error; qemu rc=${qemu_rc[g]:-?}); console log: ${consoles[g]}"
+    grep -E "Kernel panic|BUG:|Oops|general protection|Call Trace" <<<"$cg" | head -n 20 || true
+    extra=$((extra + 1))
+  elif [[ $done_line != "$mark DONE rc=0" ]]; then
+    echo "vmtests: FAILED on $release: $who (${done_line#"$mark "}); console log: ${consoles[g]}"
+    failed_rc=1
+  fi
+done
+if ((extra > 0 || failed_rc)); then
+  closing $((extra + (failed_rc && n_fail == 0 && extra == 0 ? 1 : 0)))
   exit 1
 fi
-if [[ -z $done_line ]]; then
-  echo "vmtests: FAILED: the guest stopped without reporting (crash, panic or early error; qemu rc=$qemu_rc); console log: $console"
-  grep -E "Kernel panic|BUG:|Oops|general protection|Call Trace" <<<"$clean" | head -n 20 || true
-  closing 1
-  exit 1
-fi
-if [[ $done_line != "$mark DONE rc=0" ]]; then
-  echo "vmtests: FAILED on $release (${done_line#"$mark "}); console log: $console"
-  closing $((n_fail == 0 ? 1 : 0))
-  exit 1
-fi
-echo "vmtests: PASSED on $release in $(elapsed "$t_start")s; console log: $console"
+echo "vmtests: PASSED on $release in $(elapsed "$t_start")s ($guests guest(s)); console log: $console"
 closing 0
