@@ -169,7 +169,8 @@ done
 # ---- guests ----------------------------------------------------------------------------
 # How many: auto is 2 on a host with 2+ CPUs whose available memory holds both
 # guests (plus 1 GiB for the host), else 1.
-mem_mib=$(numfmt --from=iec "${mem}" 2>/dev/null || echo 0); mem_mib=$((mem_mib / 1048576))
+if [[ $mem =~ ^[0-9]+$ ]]; then mem_mib=$mem   # qemu's -m without a suffix is MiB
+else mem_mib=$(($(numfmt --from=iec "${mem%B}" 2>/dev/null || echo 0) / 1048576)); fi
 if [[ $guests == auto ]]; then
   avail_mib=$(awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo)
   guests=1
