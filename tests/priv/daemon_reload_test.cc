@@ -258,8 +258,6 @@ TEST_F(DaemonReload, ContainedRootsFromTheConfigDenyBeforeRegistrationAndAreRele
   EXPECT_EQ(Errno(Connect(*pod, lab::kPublicA4)), "EPERM");
 }
 
-}  // namespace
-}  // namespace egressd::test
 
 // A lowered cap is a compile rule like a new protected range: the running
 // sandbox past it is failed with the cap's message, the one within it is
@@ -305,3 +303,6 @@ TEST_F(DaemonReload, LoweredCapFailsTheSandboxPastItAndTheHeldPutPastIt) {
   EXPECT_EQ(OutcomeOf(back.body, "held-big").value("outcome", ""), "failed") << back.body.dump(2);
   for (const char* id : {"held-big", "held-small"}) EXPECT_EQ(Call("DELETE", absl::StrCat("/v1/sandboxes/", id)).status, 200);
 }
+
+}  // namespace
+}  // namespace egressd::test

@@ -6,6 +6,7 @@
 #include "maps/dns_endpoints.h"
 #include "userspace/common/errors.h"
 #include "userspace/daemon/daemon.h"
+#include "userspace/daemon/handover.h"
 
 namespace egressd::daemon {
 
@@ -21,6 +22,16 @@ absl::Status Daemon::StartApiExtras() {
   }
   if (address) {
     metrics_ = std::make_unique<MetricsServer>(io_, options_.paths);
+    // Taking over: the old daemon's listener at this address, never a second
+    // bind (it would fail while the old one listens, or open a gap after).
+    if (taking_over_) {
+      for (ReceivedFd& f : taking_over_->fds()) {
+        if (f.fd.valid() && f.what.value("what", "") == "metrics" &&
+            f.what.value("addr", "") == address->addr.ToString() && f.what.value("port", 0) == address->port) {
+          return metrics_->Adopt(address->addr, address->port, f.fd.release());
+        }
+      }
+    }
     EGR_RETURN_IF_ERROR(metrics_->Listen(address->addr, address->port));
   } else if (auto eps = maps::DnsEndpoints::Open(options_.paths.pin_root); eps.ok()) {
     // No listener now: an earlier daemon's guard would refuse a port nothing

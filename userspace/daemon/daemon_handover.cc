@@ -92,6 +92,13 @@ std::vector<HandoverFd> Daemon::HandoverSockets() {
   std::vector<HandoverFd> out;
   out.push_back({{{"what", "lock"}}, daemon_lock_.get()});
   if (server_ && server_->listener_fd() >= 0) out.push_back({{{"what", "api"}, {"path", socket_path_}}, server_->listener_fd()});
+  if (metrics_ && metrics_->listener_fd() >= 0) {
+    const std::string a = metrics_->address();  // "IP:PORT" or "[IPv6]:PORT"
+    const size_t colon = a.rfind(':');
+    std::string ip = a.substr(0, colon);
+    if (!ip.empty() && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
+    out.push_back({{{"what", "metrics"}, {"addr", ip}, {"port", metrics_->port()}}, metrics_->listener_fd()});
+  }
   if (proxy_) {
     for (const auto& s : proxy_->ListeningSockets()) {
       out.push_back({{{"what", "dns"},
@@ -110,6 +117,7 @@ absl::StatusOr<uint64_t> Daemon::Superseded() {
   // Nothing here acts on the node any more: no record followed, no cgroup
   // collected, no PUT accepted.  Enforcement stays as pinned.
   server_->StopAccepting();
+  if (metrics_) metrics_->Stop();
   if (proxy_) proxy_->Quiesce();
   watcher_.reset();
   gone_watch_.reset();

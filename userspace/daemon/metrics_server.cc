@@ -1,5 +1,7 @@
 #include "userspace/daemon/metrics_server.h"
 
+#include <unistd.h>
+
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -97,7 +99,12 @@ MetricsServer::~MetricsServer() {
   }
 }
 
-uint16_t MetricsServer::port() const { return acceptor_ ? acceptor_->local_endpoint().port() : 0; }
+uint16_t MetricsServer::port() const {
+  if (!acceptor_ || !acceptor_->is_open()) return 0;
+  boost::system::error_code ec;
+  const tcp::endpoint ep = acceptor_->local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
 
 absl::Status MetricsServer::Listen(const net::IpAddr& addr, uint16_t port) {
   auto where = [&](uint16_t p) {
@@ -126,6 +133,37 @@ absl::Status MetricsServer::Listen(const net::IpAddr& addr, uint16_t port) {
   spdlog::info("serving /metrics on {} (guarded from every sandbox in {})", where(bound), "egr_dnsep_v1");
   Accept();
   return absl::OkStatus();
+}
+
+absl::Status MetricsServer::Adopt(const net::IpAddr& addr, uint16_t port, int fd) {
+  const std::string where =
+      addr.is_v4() ? absl::StrCat(addr.ToString(), ":", port) : absl::StrCat("[", addr.ToString(), "]:", port);
+  boost::system::error_code ec;
+  acceptor_ = std::make_unique<tcp::acceptor>(io_);
+  acceptor_->assign(addr.is_v4() ? tcp::v4() : tcp::v6(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("metrics.address ", where, ": adopting the handed-over listener: ", ec.message()));
+  }
+  auto eps = maps::DnsEndpoints::Open(paths_.pin_root);
+  if (!eps.ok()) return eps.status();
+  if (absl::Status s = eps->SetOwnGuards({{addr, port}}); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("metrics.address ", where, ": ", s.message()));
+  }
+  address_ = where;
+  spdlog::info("serving /metrics on {} (handed over; guarded from every sandbox in {})", where, "egr_dnsep_v1");
+  Accept();
+  return absl::OkStatus();
+}
+
+int MetricsServer::listener_fd() const {
+  return acceptor_ && acceptor_->is_open() ? const_cast<tcp::acceptor&>(*acceptor_).native_handle() : -1;
+}
+
+void MetricsServer::Stop() {
+  if (!acceptor_) return;
+  boost::system::error_code ec;
+  acceptor_->close(ec);
 }
 
 void MetricsServer::Accept() {

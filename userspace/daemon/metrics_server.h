@@ -24,6 +24,13 @@ class MetricsServer {
   ~MetricsServer();
   // Guards addr:port from every sandbox, then listens there.
   absl::Status Listen(const net::IpAddr& addr, uint16_t port);
+  // The hand-over (handover.h): serves a listener the old daemon passed
+  // (bound and listening at addr:port); the guard is set again, idempotently.
+  absl::Status Adopt(const net::IpAddr& addr, uint16_t port, int fd);
+  // The listening socket's fd for the next daemon (-1 if none); Stop closes
+  // this daemon's acceptor, leaving the next one's copy listening.
+  int listener_fd() const;
+  void Stop();
   uint16_t port() const;
   std::string address() const { return address_; }  // "IP:PORT" / "[IPv6]:PORT" as bound
   uint64_t scrapes() const { return *scrapes_; }
