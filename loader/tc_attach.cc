@@ -41,7 +41,8 @@ absl::Status InstallTcProgram(const Paths& paths, int prog_fd) {
   if (mkdir(ProgDir(paths).c_str(), 0700) != 0 && errno != EEXIST) {
     return ErrnoStatus(errno, absl::StrCat("create ", ProgDir(paths)));
   }
-  const std::string pin = TcProgramPin(paths), next = pin + ".new";
+  // bpffs refuses names with a dot ("reserved for future extensions").
+  const std::string pin = TcProgramPin(paths), next = pin + "_next";
   unlink(next.c_str());
   if (bpf_obj_pin(prog_fd, next.c_str()) != 0) return ErrnoStatus(errno, absl::StrCat("pin ", next));
   if (rename(next.c_str(), pin.c_str()) != 0) return ErrnoStatus(errno, absl::StrCat("rename ", next, " to ", pin));

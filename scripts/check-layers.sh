@@ -20,9 +20,9 @@ rules=(
   "userspace/sandbox|userspace/common/ userspace/sandbox/|egr_common egr_sandbox"
   "maps|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/|egr_abi egr_common egr_net egr_policy egr_maps"
   "loader|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ loader/ egressd.skel.h|egr_abi egr_common egr_net egr_policy egr_maps egr_bpf_skel egr_loader"
-  "userspace/control|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ userspace/control/|egr_abi egr_common egr_net egr_policy egr_policy_json egr_dns egr_maps egr_control"
+  "userspace/control|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ loader/ userspace/control/|egr_abi egr_common egr_net egr_policy egr_policy_json egr_dns egr_maps egr_loader egr_control"
   "userspace/audit|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/egressd_abi.h maps/event_ring.h userspace/control/ userspace/audit/|egr_abi egr_common egr_net egr_policy egr_dns egr_maps egr_control egr_audit egr_audit_suggest"
-  "userspace/daemon|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ loader/ userspace/control/ userspace/audit/ userspace/daemon/|egr_abi egr_common egr_net egr_policy egr_policy_json egr_dns egr_maps egr_loader egr_control egr_audit egr_daemon egr_daemon_dns egr_daemon_client"
+  "userspace/daemon|userspace/common/ userspace/net/ userspace/policy/ userspace/dns/ maps/ loader/ userspace/control/ userspace/audit/ userspace/daemon/|egr_abi egr_common egr_net egr_policy egr_policy_json egr_dns egr_maps egr_loader egr_control egr_audit egr_daemon egr_daemon_dns egr_daemon_client egr_daemon_metrics"
   "bpf|lib/ maps/egressd_abi.h vmlinux.h vmlinux/|"
 )
 

@@ -23,7 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "tools/egressctl/commands.h"
 #include "tools/egressctl/policy_flags.h"
-#include "userspace/audit/metrics.h"
+#include "userspace/daemon/metrics_text.h"
 #include "userspace/audit/record.h"
 #include "userspace/audit/trail.h"
 #include "userspace/daemon/audit_client.h"

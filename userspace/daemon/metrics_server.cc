@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "maps/dns_endpoints.h"
-#include "userspace/audit/metrics.h"
+#include "userspace/daemon/metrics_text.h"
 
 namespace egressd::daemon {
 

@@ -1,4 +1,4 @@
-#include "userspace/audit/metrics.h"
+#include "userspace/daemon/metrics_text.h"
 
 #include <fcntl.h>
 #include <unistd.h>
