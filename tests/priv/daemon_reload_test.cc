@@ -25,6 +25,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
 #include "userspace/daemon/client.h"
@@ -267,13 +268,14 @@ TEST_F(DaemonReload, LoweredCapFailsTheSandboxPastItAndTheHeldPutPastIt) {
   StartDaemon();
   Put("pod-big", {{"egress", {lab::kPublicA4, lab::kPublicB4}}});
   Put("pod-small", {{"egress", {lab::kPublicB4}}});
-  const std::string uid = absl::StrCat("e9d0c4a2-", getpid(), "-held");
+  // Pod UIDs (UUIDs) unique to this run; no such pod's cgroup exists, so both PUTs are held.
+  const auto uid = [](int n) { return absl::StrFormat("e9d0c4a2-%04x-4000-8000-%012x", getpid() & 0xffff, n); };
   auto held = [&](const std::string& id, const std::string& pod, const nlohmann::json& egress) {
     daemon::ClientResponse r = Call("PUT", "/v1/sandboxes/" + id, {{"pod_uid", pod}, {"egress", egress}});
     EXPECT_EQ(r.status, 202) << r.body.dump(2);
   };
-  held("held-big", uid + "-big", {lab::kPublicA4, lab::kPublicB4});
-  held("held-small", uid + "-small", {lab::kPublicB4});
+  held("held-big", uid(1), {lab::kPublicA4, lab::kPublicB4});
+  held("held-small", uid(2), {lab::kPublicB4});
 
   WriteConfig("limits:\n  maxCidrEntriesPerSandbox: 1\n");
   daemon::ClientResponse r = ApiReload();

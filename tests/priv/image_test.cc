@@ -35,6 +35,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_join.h"
 #include "deploy_daemonset.h"
 #include "egressd_env.h"
@@ -179,6 +180,9 @@ class Image : public ::testing::Test {
       std::string a = container_.command[i];
       if (a == "--cgroup=/proc/1/ns/cgroup") a = absl::StrCat("--cgroup=/proc/", getpid(), "/ns/cgroup");
       if (a == "/run/egressd/egressd.sock") a = socket();
+      // The kubelet's expansion of the downward API's status.hostIP: the
+      // lab node's address its pods reach.
+      a = absl::StrReplaceAll(a, {{"$(NODE_IP)", lab::kPodGatewayV4}});
       s.argv.push_back(a);
     }
     return s;

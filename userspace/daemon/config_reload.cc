@@ -337,7 +337,10 @@ Response Daemon::ApplyConfig(policy::DeploymentConfig next, std::optional<policy
                        .body["error"];
       }
     }
-    if (r.current.policy && control::SameContents(*r.current.policy, it.policy) && it.outcome != "failed") {
+    // A sandbox that was failed and compiles again is reported recompiled
+    // (it recovered), even where its kernel policy was already the same.
+    if (r.current.policy && control::SameContents(*r.current.policy, it.policy) && it.outcome != "failed" &&
+        failed_.count(r.cgroup_id) == 0) {
       it.outcome = "unchanged";
     }
     items.push_back(std::move(it));
