@@ -64,7 +64,11 @@ class DaemonHandover : public ::testing::Test {
     ASSERT_TRUE(up.ok()) << up.status();
     upstream_ = std::move(*up).release();
     config_ = Shared().runtime_dir() + "-handover.yaml";
-    std::ofstream(config_) << "dns:\n  upstreams: [" << kUpstream << "]\n  endpoint4: " << lab::kPodGatewayV4 << "\n";
+    // A fixed metrics port (not 0): the new daemon must serve the old one's
+    // listener, since a second bind to it fails while the old one listens.
+    metrics_address_ = absl::StrCat("127.0.0.1:", 20000 + getpid() % 20000);
+    std::ofstream(config_) << "dns:\n  upstreams: [" << kUpstream << "]\n  endpoint4: " << lab::kPodGatewayV4
+                           << "\nmetrics:\n  address: " << metrics_address_ << "\n";
   }
   static void TearDownTestSuite() {
     delete upstream_;
@@ -179,6 +183,7 @@ class DaemonHandover : public ::testing::Test {
 
   static inline DnsServer* upstream_ = nullptr;
   static inline std::string config_;
+  static inline std::string metrics_address_;
   std::optional<lab::Background> old_, new_;
   std::vector<std::string> registered_;
   std::string stop_file_;
@@ -250,6 +255,9 @@ TEST_F(DaemonHandover, ANewDaemonTakesOverUnderQueryConnectAndAuditLoopsLosingNo
   ASSERT_TRUE(WaitFor([&] { return AuditReader(); }, 5000)) << "the new daemon never took the audit reader: "
                                                            << new_->err();
   EXPECT_EQ(Call("GET", "/readyz").status, 200);
+  // The metrics listener came over with the rest (the same address).
+  const daemon::ClientResponse status = Call("GET", "/v1/status");
+  EXPECT_EQ(status.body["metrics"].value("address", ""), metrics_address_) << status.body.dump(2);
   // Queries after the old one is gone, all served by the new one.
   const size_t until_gone = seen.size();
   ASSERT_TRUE(read_queries(until_gone + 8)) << "no query answered after the hand-over: " << queries->err();
