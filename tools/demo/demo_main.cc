@@ -226,6 +226,27 @@ int main() {
       dig.netns = (*lab)->client_netns();
       dig.cgroup = *pod8;
       show("(in pod-agent-8) dig @8.8.8.8 allowed.example && egressd-probe tcp 192.0.2.10 80", Run(dig));
+      // An upgrade (docs/operations.md): a second egressd beside the first
+      // takes over its sockets and audit reader; the first exits, touching
+      // nothing; the pod's DNS and policy never pause.
+      auto next = Start(ds);
+      auto next_ready = next.ok() ? next->ReadOutLine(std::chrono::seconds(30)) : std::nullopt;
+      if (next_ready) {
+        std::printf("\n$ egressd --config egressd.yaml   (a second one, as a rolling update starts it)\n%s\n",
+                    next_ready->c_str());
+        RunResult old_exit = daemon->Wait(std::chrono::seconds(30));
+        // Exit 0 is the superseded path (a failed hand-over keeps it serving).
+        if (old_exit.exit_code == 0) {
+          std::printf("(the first egressd handed over and exited 0, touching no pin or link)\n");
+        } else {
+          std::printf("(the first egressd exited %d: %s)\n", old_exit.exit_code, old_exit.err.c_str());
+        }
+        show("(in pod-agent-8) dig @8.8.8.8 allowed.example && egressd-probe tcp 192.0.2.10 80", Run(dig));
+        daemon = std::move(next);
+      } else {
+        std::fprintf(stderr, "egressd-demo: the second egressd did not take over: %s\n",
+                     next.ok() ? next->err().c_str() : next.status().ToString().c_str());
+      }
       show("egressctl sandbox list", ctl_run({"sandbox", "list", "--socket", sock}, false));
       show("egressctl sandbox delete agent-8", ctl_run({"sandbox", "delete", "agent-8", "--socket", sock}, false));
     }
