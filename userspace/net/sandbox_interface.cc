@@ -17,20 +17,42 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "userspace/common/errors.h"
+#include "userspace/common/unique_fd.h"
 
 namespace egressd::net {
 namespace {
 
-absl::Status SysError(int err, const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(err), " (errno ", err, ")"));
-}
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) close(fd);
+// One RTM_GET* dump of the calling thread's netns: `on` sees each message of
+// type `want`; the dump's end, its error and the socket's are the caller's.
+template <typename Body, typename OnMessage>
+absl::Status NetlinkDump(uint16_t type, const Body& body, uint16_t want, const char* what, OnMessage on) {
+  UniqueFd s(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+  if (!s.valid()) return ErrnoStatus(errno, "netlink socket");
+  struct {
+    nlmsghdr h;
+    Body b;
+  } req{};
+  req.h.nlmsg_len = sizeof(req);
+  req.h.nlmsg_type = type;
+  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  req.h.nlmsg_seq = 1;
+  req.b = body;
+  if (send(s.get(), &req, sizeof(req), 0) < 0) return ErrnoStatus(errno, absl::StrCat("netlink ", what));
+  std::vector<char> buf(64 * 1024);
+  for (;;) {
+    ssize_t n = recv(s.get(), buf.data(), buf.size(), 0);
+    if (n < 0) return ErrnoStatus(errno, "netlink receive");
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, static_cast<uint32_t>(n));
+         h = NLMSG_NEXT(h, n)) {
+      if (h->nlmsg_type == NLMSG_DONE) return absl::OkStatus();
+      if (h->nlmsg_type == NLMSG_ERROR) {
+        return ErrnoStatus(-static_cast<nlmsgerr*>(NLMSG_DATA(h))->error, absl::StrCat("netlink ", what));
+      }
+      if (h->nlmsg_type == want) on(h);
+    }
   }
-};
+}
 
 struct LinkInfo {
   uint32_t ifindex = 0;
@@ -41,52 +63,32 @@ struct LinkInfo {
 
 // Every link of the calling thread's netns (an RTM_GETLINK dump).
 absl::StatusOr<std::vector<LinkInfo>> DumpLinks() {
-  Fd s{socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE)};
-  if (s.fd < 0) return SysError(errno, "netlink socket");
-  struct {
-    nlmsghdr h;
-    ifinfomsg i;
-  } req{};
-  req.h.nlmsg_len = sizeof(req);
-  req.h.nlmsg_type = RTM_GETLINK;
-  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  req.h.nlmsg_seq = 1;
-  req.i.ifi_family = AF_UNSPEC;
-  if (send(s.fd, &req, sizeof(req), 0) < 0) return SysError(errno, "netlink RTM_GETLINK");
   std::vector<LinkInfo> out;
-  std::vector<char> buf(64 * 1024);
-  for (;;) {
-    ssize_t n = recv(s.fd, buf.data(), buf.size(), 0);
-    if (n < 0) return SysError(errno, "netlink receive");
-    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, static_cast<uint32_t>(n));
-         h = NLMSG_NEXT(h, n)) {
-      if (h->nlmsg_type == NLMSG_DONE) return out;
-      if (h->nlmsg_type == NLMSG_ERROR) {
-        auto* e = static_cast<nlmsgerr*>(NLMSG_DATA(h));
-        return SysError(-e->error, "netlink RTM_GETLINK");
+  ifinfomsg body{};
+  body.ifi_family = AF_UNSPEC;
+  absl::Status s = NetlinkDump(RTM_GETLINK, body, RTM_NEWLINK, "RTM_GETLINK", [&](nlmsghdr* h) {
+    auto* ifi = static_cast<ifinfomsg*>(NLMSG_DATA(h));
+    LinkInfo li{.ifindex = static_cast<uint32_t>(ifi->ifi_index)};
+    int len = static_cast<int>(IFLA_PAYLOAD(h));
+    for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+      if (a->rta_type == IFLA_IFNAME) li.name = static_cast<const char*>(RTA_DATA(a));
+      if (a->rta_type == IFLA_LINK) std::memcpy(&li.link, RTA_DATA(a), 4);
+      if (a->rta_type == IFLA_ADDRESS && RTA_PAYLOAD(a) == 6) {
+        std::array<uint8_t, 6> m;
+        std::memcpy(m.data(), RTA_DATA(a), 6);
+        li.mac = m;
       }
-      if (h->nlmsg_type != RTM_NEWLINK) continue;
-      auto* ifi = static_cast<ifinfomsg*>(NLMSG_DATA(h));
-      LinkInfo li{.ifindex = static_cast<uint32_t>(ifi->ifi_index)};
-      int len = static_cast<int>(IFLA_PAYLOAD(h));
-      for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-        if (a->rta_type == IFLA_IFNAME) li.name = static_cast<const char*>(RTA_DATA(a));
-        if (a->rta_type == IFLA_LINK) std::memcpy(&li.link, RTA_DATA(a), 4);
-        if (a->rta_type == IFLA_ADDRESS && RTA_PAYLOAD(a) == 6) {
-          std::array<uint8_t, 6> m;
-          std::memcpy(m.data(), RTA_DATA(a), 6);
-          li.mac = m;
-        }
-        if (a->rta_type == IFLA_LINKINFO) {
-          int l2 = static_cast<int>(RTA_PAYLOAD(a));
-          for (auto* b = static_cast<rtattr*>(RTA_DATA(a)); RTA_OK(b, l2); b = RTA_NEXT(b, l2)) {
-            if (b->rta_type == IFLA_INFO_KIND) li.kind = static_cast<const char*>(RTA_DATA(b));
-          }
+      if (a->rta_type == IFLA_LINKINFO) {
+        int l2 = static_cast<int>(RTA_PAYLOAD(a));
+        for (auto* b = static_cast<rtattr*>(RTA_DATA(a)); RTA_OK(b, l2); b = RTA_NEXT(b, l2)) {
+          if (b->rta_type == IFLA_INFO_KIND) li.kind = static_cast<const char*>(RTA_DATA(b));
         }
       }
-      out.push_back(li);
     }
-  }
+    out.push_back(li);
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 // Host routes (/32, /128) of the main table through `ifindex`: the pod's
@@ -94,52 +96,27 @@ absl::StatusOr<std::vector<LinkInfo>> DumpLinks() {
 absl::StatusOr<std::vector<IpAddr>> HostRoutesVia(uint32_t ifindex) {
   std::vector<IpAddr> out;
   for (uint8_t family : {uint8_t{AF_INET}, uint8_t{AF_INET6}}) {
-    Fd s{socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE)};
-    if (s.fd < 0) return SysError(errno, "netlink socket");
-    struct {
-      nlmsghdr h;
-      rtmsg r;
-    } req{};
-    req.h.nlmsg_len = sizeof(req);
-    req.h.nlmsg_type = RTM_GETROUTE;
-    req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-    req.h.nlmsg_seq = 1;
-    req.r.rtm_family = family;
-    if (send(s.fd, &req, sizeof(req), 0) < 0) return SysError(errno, "netlink RTM_GETROUTE");
-    std::vector<char> buf(64 * 1024);
-    for (bool done = false; !done;) {
-      ssize_t n = recv(s.fd, buf.data(), buf.size(), 0);
-      if (n < 0) return SysError(errno, "netlink receive");
-      for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, static_cast<uint32_t>(n));
-           h = NLMSG_NEXT(h, n)) {
-        if (h->nlmsg_type == NLMSG_DONE) {
-          done = true;
-          break;
-        }
-        if (h->nlmsg_type == NLMSG_ERROR) return SysError(-static_cast<nlmsgerr*>(NLMSG_DATA(h))->error, "netlink RTM_GETROUTE");
-        if (h->nlmsg_type != RTM_NEWROUTE) continue;
-        auto* rt = static_cast<rtmsg*>(NLMSG_DATA(h));
-        const unsigned full = family == AF_INET ? 32 : 128;
-        if (rt->rtm_table != RT_TABLE_MAIN || rt->rtm_dst_len != full || rt->rtm_type != RTN_UNICAST) continue;
-        uint32_t oif = 0;
-        std::array<uint8_t, 16> dst{};
-        bool has_dst = false;
-        int len = static_cast<int>(RTM_PAYLOAD(h));
-        for (auto* a = RTM_RTA(rt); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-          if (a->rta_type == RTA_OIF) std::memcpy(&oif, RTA_DATA(a), 4);
-          if (a->rta_type == RTA_DST && RTA_PAYLOAD(a) == full / 8) {
-            std::memcpy(dst.data(), RTA_DATA(a), full / 8);
-            has_dst = true;
-          }
-        }
-        if (oif != ifindex || !has_dst) continue;
-        if (family == AF_INET) {
-          out.push_back(IpAddr::V4({dst[0], dst[1], dst[2], dst[3]}));
-        } else {
-          out.push_back(IpAddr::V6(dst));
+    rtmsg body{};
+    body.rtm_family = family;
+    absl::Status s = NetlinkDump(RTM_GETROUTE, body, RTM_NEWROUTE, "RTM_GETROUTE", [&](nlmsghdr* h) {
+      auto* rt = static_cast<rtmsg*>(NLMSG_DATA(h));
+      const unsigned full = family == AF_INET ? 32 : 128;
+      if (rt->rtm_table != RT_TABLE_MAIN || rt->rtm_dst_len != full || rt->rtm_type != RTN_UNICAST) return;
+      uint32_t oif = 0;
+      std::array<uint8_t, 16> dst{};
+      bool has_dst = false;
+      int len = static_cast<int>(RTM_PAYLOAD(h));
+      for (auto* a = RTM_RTA(rt); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+        if (a->rta_type == RTA_OIF) std::memcpy(&oif, RTA_DATA(a), 4);
+        if (a->rta_type == RTA_DST && RTA_PAYLOAD(a) == full / 8) {
+          std::memcpy(dst.data(), RTA_DATA(a), full / 8);
+          has_dst = true;
         }
       }
-    }
+      if (oif != ifindex || !has_dst) return;
+      out.push_back(family == AF_INET ? IpAddr::V4({dst[0], dst[1], dst[2], dst[3]}) : IpAddr::V6(dst));
+    });
+    if (!s.ok()) return s;
   }
   return out;
 }
@@ -182,9 +159,9 @@ absl::StatusOr<HostInterface> HostInterfaceOfNetns(const std::string& netns_path
   // setns in a thread of its own: the caller's threads stay in the node's netns.
   absl::StatusOr<std::vector<LinkInfo>> pod_links = absl::InternalError("not run");
   std::thread t([&] {
-    Fd ns{open(netns_path.c_str(), O_RDONLY | O_CLOEXEC)};
-    if (ns.fd < 0 || setns(ns.fd, CLONE_NEWNET) != 0) {
-      pod_links = SysError(errno, absl::StrCat("enter network namespace ", netns_path));
+    UniqueFd ns(open(netns_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ns.valid() || setns(ns.get(), CLONE_NEWNET) != 0) {
+      pod_links = ErrnoStatus(errno, absl::StrCat("enter network namespace ", netns_path));
       return;
     }
     pod_links = DumpLinks();
