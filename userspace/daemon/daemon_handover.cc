@@ -93,11 +93,8 @@ std::vector<HandoverFd> Daemon::HandoverSockets() {
   out.push_back({{{"what", "lock"}}, daemon_lock_.get()});
   if (server_ && server_->listener_fd() >= 0) out.push_back({{{"what", "api"}, {"path", socket_path_}}, server_->listener_fd()});
   if (metrics_ && metrics_->listener_fd() >= 0) {
-    const std::string a = metrics_->address();  // "IP:PORT" or "[IPv6]:PORT"
-    const size_t colon = a.rfind(':');
-    std::string ip = a.substr(0, colon);
-    if (!ip.empty() && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
-    out.push_back({{{"what", "metrics"}, {"addr", ip}, {"port", metrics_->port()}}, metrics_->listener_fd()});
+    out.push_back({{{"what", "metrics"}, {"addr", metrics_->ip().ToString()}, {"port", metrics_->port()}},
+                   metrics_->listener_fd()});
   }
   if (proxy_) {
     for (const auto& s : proxy_->ListeningSockets()) {

@@ -130,6 +130,7 @@ absl::Status MetricsServer::Listen(const net::IpAddr& addr, uint16_t port) {
   acceptor_->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("metrics.address ", where(bound), ": listen: ", ec.message()));
   address_ = where(bound);
+  ip_ = addr;
   spdlog::info("serving /metrics on {} (guarded from every sandbox in {})", where(bound), "egr_dnsep_v1");
   Accept();
   return absl::OkStatus();
@@ -151,6 +152,7 @@ absl::Status MetricsServer::Adopt(const net::IpAddr& addr, uint16_t port, int fd
     return absl::Status(s.code(), absl::StrCat("metrics.address ", where, ": ", s.message()));
   }
   address_ = where;
+  ip_ = addr;
   spdlog::info("serving /metrics on {} (handed over; guarded from every sandbox in {})", where, "egr_dnsep_v1");
   Accept();
   return absl::OkStatus();

@@ -33,6 +33,7 @@ class MetricsServer {
   void Stop();
   uint16_t port() const;
   std::string address() const { return address_; }  // "IP:PORT" / "[IPv6]:PORT" as bound
+  const net::IpAddr& ip() const { return ip_; }       // the address bound (for the hand-over)
   uint64_t scrapes() const { return *scrapes_; }
 
  private:
@@ -42,6 +43,7 @@ class MetricsServer {
   Paths paths_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::string address_;
+  net::IpAddr ip_;
   std::shared_ptr<uint64_t> scrapes_ = std::make_shared<uint64_t>(0);
 };
 
