@@ -10,8 +10,10 @@
 // queries still in flight when its time limit ends as lost.
 //
 //   egr-dns-load --server IP [--port P] --name NAME [--qtype N] --rate R
-//                --seconds S [--timeout-ms T]
-// Prints one JSON line: sent, answered, lost, late_sends (sent over 1 ms
+//                --seconds S [--timeout-ms T] [--ready-line]
+// With --ready-line it prints "first-answer" on its own line (flushed) when
+// the first answer arrives, so a caller can act while the load runs (the
+// hand-over bench starts the new daemon then).  At the end it prints one JSON line: sent, answered, lost, late_sends (sent over 1 ms
 // behind schedule), rcodes, offered_qps, and latency p50/p90/p99/p999/max in
 // µs.  Bad flags: exit 2; a socket failure: exit 1.
 #include <arpa/inet.h>
@@ -35,7 +37,7 @@ namespace {
 int Usage(const std::string& why) {
   std::fprintf(stderr,
                "egr-dns-load: %s\nusage: egr-dns-load --server IP [--port P] --name NAME [--qtype N] --rate R "
-               "--seconds S [--timeout-ms T]\n",
+               "--seconds S [--timeout-ms T] [--ready-line]\n",
                why.c_str());
   return 2;
 }
@@ -83,8 +85,13 @@ int main(int argc, char** argv) {
   std::string server, name;
   unsigned port = 53, qtype = 1, timeout_ms = 1000;
   double rate = 0, seconds = 0;
+  bool ready_line = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--ready-line") {
+      ready_line = true;
+      continue;
+    }
     if (i + 1 >= argc) return Usage("\"" + a + "\" needs a value");
     const std::string v = argv[++i];
     char* end = nullptr;
@@ -172,7 +179,10 @@ int main(int argc, char** argv) {
       const int64_t idx = index_of[id];
       if (idx < 0 || done[idx] || (in[2] & 0x80) == 0) continue;
       done[idx] = true;
-      ++answered;
+      if (++answered == 1 && ready_line) {
+        std::printf("first-answer\n");
+        std::fflush(stdout);
+      }
       if (rx == 0) rx = Now(CLOCK_REALTIME);
       lat_us.push_back(static_cast<double>(rx - sent_at[idx]) / 1000.0);
       ++rcodes[RcodeName(in[3] & 0x0f)];

@@ -32,7 +32,9 @@
 #                          (tests/priv/daemon_handover_test.cc) run 5 times
 #                          (--quick 1): queries lost and wrong, query time
 #                          p50/p99 before and during, time from the new
-#                          daemon's start to serving: <date>-handover.json and .md
+#                          daemon's start to serving: <date>-handover.json and .md;
+#                          and an open-loop load (egr-dns-load, 500 q/s) without
+#                          and across a hand-over: <date>-handover-load.json
 # Run as root (the lab builds namespaces; egressd loads BPF).  Never a
 # pass/fail on a time: exit 0 when every measurement ran.
 set -euo pipefail
@@ -108,24 +110,41 @@ if [[ ${only[1]:-} == handover ]]; then
   runs=5
   if ((${#quick[@]})); then runs=1; fi
   : >"$out/$stamp-handover.json"
+  : >"$out/$stamp-handover-load.json"
   for ((i = 1; i <= runs; i++)); do
     fig=$(mktemp /tmp/egr-handover-XXXXXX.json)
-    EGRESSD_HANDOVER_FIGURES=$fig REQUIRE_BPF=1 "$build/tests/priv/daemon_handover_test" \
-      --gtest_filter='*TakesOverUnderQuery*' >"$out/$stamp-handover-run$i.log" 2>&1 ||
-      { echo "bench/run.sh: hand-over run $i failed: $out/$stamp-handover-run$i.log" >&2; rm -f "$fig"; exit 1; }
+    loadfig=$(mktemp /tmp/egr-handover-load-XXXXXX.json)
+    EGRESSD_HANDOVER_FIGURES=$fig EGRESSD_HANDOVER_LOAD_FIGURES=$loadfig REQUIRE_BPF=1 \
+      "$build/tests/priv/daemon_handover_test" --gtest_filter='*TakesOverUnderQuery*:*OpenLoop*' \
+      >"$out/$stamp-handover-run$i.log" 2>&1 ||
+      { echo "bench/run.sh: hand-over run $i failed: $out/$stamp-handover-run$i.log" >&2; rm -f "$fig" "$loadfig"; exit 1; }
     cat "$fig" >>"$out/$stamp-handover.json"
-    rm -f "$fig"
+    cat "$loadfig" >>"$out/$stamp-handover-load.json"
+    rm -f "$fig" "$loadfig"
   done
-  python3 - "$out/$stamp-handover.json" >"$out/$stamp-handover.md" <<'PY'
-import json, sys
+  python3 - "$out/$stamp-handover.json" "$out/$stamp-handover-load.json" >"$out/$stamp-handover.md" <<'PY'
+import json, sys, os
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+load = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+print(f"Hand-over under dig loops (allowed and denied, UDP and TCP; dig's own ms), load average {os.getloadavg()[0]:.2f} at the end:\n")
 print("| run | queries | lost | wrong | query ms p50/p99 before | p50/p99 during (n) | start to serving ms | start to old exit ms |")
 print("|---|---|---|---|---|---|---|---|")
 for i, r in enumerate(rows, 1):
     print(f"| {i} | {r['queries']} | {r['lost']} | {r['wrong']} | {r['p50_before_ms']}/{r['p99_before_ms']} | "
           f"{r['p50_during_ms']}/{r['p99_during_ms']} ({r['during_n']}) | {r['start_to_serving_ms']} | {r['start_to_old_exit_ms']} |")
+print("\nOpen-loop load (egr-dns-load in the sandbox: a fixed schedule, each query timed send to kernel receive "
+      "timestamp), the same load without and across a hand-over, µs:\n")
+print("| run | q/s x s | lost without / across | p50 without / across | p99 without / across | p99.9 without / across | max without / across | added p99 (goal < 5 ms) |")
+print("|---|---|---|---|---|---|---|---|")
+for i, r in enumerate(load, 1):
+    w, a = r["without"], r["across"]
+    added = a["p99_us"] - w["p99_us"]
+    goal = "met" if added < 5000 else "MISSED"
+    print(f"| {i} | {r['rate']} x {r['seconds']} | {w['lost']} / {a['lost']} | {w['p50_us']:.0f} / {a['p50_us']:.0f} | "
+          f"{w['p99_us']:.0f} / {a['p99_us']:.0f} | {w['p999_us']:.0f} / {a['p999_us']:.0f} | "
+          f"{w['max_us']:.0f} / {a['max_us']:.0f} | {added / 1000:+.2f} ms {goal} |")
 PY
-  echo "bench/run.sh: $out/$stamp-handover.json, $out/$stamp-handover.md"
+  echo "bench/run.sh: $out/$stamp-handover.json, $out/$stamp-handover-load.json, $out/$stamp-handover.md"
   cat "$out/$stamp-handover.md"
   exit 0
 fi

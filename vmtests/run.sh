@@ -153,7 +153,8 @@ done
 project_bins+=("$bdir/tests/lab/egressd-probe" "$bdir/tools/egressctl/egressctl" "$bdir/tools/egressd/egressd"
               "$bdir/tests/priv/egr-lock-holder" "$bdir/tests/priv/egr-dns-ask"
               "$bdir/tests/lab/egr-dns-attack"
-              "$bdir/tests/priv/egr-mesh-proxy" "$bdir/bench/egr-nft-forwarder")
+              "$bdir/tests/priv/egr-mesh-proxy" "$bdir/bench/egr-nft-forwarder"
+              "$bdir/bench/egr-dns-load")  # daemon_handover_test's open-loop load
 project_bins+=("$bdir/tests/lab/egr-churn-dns")  # dns_churn_test (issue 12's bounds)
 for b in "${project_bins[@]}"; do [[ -x $b ]] || die "$b missing: run scripts/build.sh"; done
 # differential_test compares egressd with the nftables rendering through a

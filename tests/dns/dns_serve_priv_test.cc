@@ -67,26 +67,33 @@ class DnsServe : public ::testing::Test {
   }
 
   // Registers a sandbox allowing `name`, then gives its record a DNS endpoint
-  // (what the registration will do once the kernel redirect lands).
-  uint64_t Register(const std::string& rel, const std::string& name, const std::string& addr4, uint16_t port) {
+  // (what the registration will do once the kernel redirect lands).  Fatal
+  // failures stop the test here (callers wrap it in ASSERT_NO_FATAL_FAILURE):
+  // a failed registration must say why, not crash on the missing record.
+  void Register(const std::string& rel, const std::string& name, const std::string& addr4, uint16_t port,
+                uint64_t* id) {
     auto cg = env_->lab().MakeCgroup(rel);
-    EXPECT_TRUE(cg.ok()) << cg.status();
+    ASSERT_TRUE(cg.ok()) << cg.status();
     lab::RunResult r = env_->Ctl({"sandbox", "add", "--cgroup", *cg, "--egress", name});
-    EXPECT_EQ(r.exit_code, 0) << r.Describe();
     registered_.push_back(*cg);
-    uint64_t id = *CgroupIdOf(*cg);
+    ASSERT_EQ(r.exit_code, 0) << r.Describe();
+    auto cg_id = CgroupIdOf(*cg);
+    ASSERT_TRUE(cg_id.ok()) << cg_id.status();
     control::SandboxRecords records(paths_);
-    auto rec = records.Load(id);
-    EXPECT_TRUE(rec.ok() && *rec) << "no record for " << id;
+    auto rec = records.Load(*cg_id);
+    ASSERT_TRUE(rec.ok()) << rec.status();
+    ASSERT_TRUE(rec->has_value()) << "no record for " << *cg_id;
     (*rec)->dns = control::DnsEndpoint{*net::IpAddr::Parse(addr4), std::nullopt, port};
-    EXPECT_TRUE(records.Write(**rec).ok());
-    return id;
+    auto written = records.Write(**rec);
+    ASSERT_TRUE(written.ok()) << written;
+    *id = *cg_id;
   }
 
-  // The next stdout line of dns serve that starts with `prefix`.
+  // The next stdout line of dns serve that starts with `prefix` (10 s times
+  // EGR_TIME_SCALE: a TCG guest beside another and the host suite is slow).
   std::optional<std::string> WaitLine(const std::string& prefix) {
     for (;;) {
-      auto line = serve_->ReadOutLine(10s);
+      auto line = serve_->ReadOutLine(std::chrono::milliseconds(static_cast<int>(10000 * TimeScale())));
       if (!line) return std::nullopt;
       if (line->rfind(prefix, 0) == 0) return line;
     }
@@ -100,7 +107,8 @@ class DnsServe : public ::testing::Test {
 };
 
 TEST_F(DnsServe, ServesRecordsLearnsIntoTheMapAndFollowsChanges) {
-  uint64_t a = Register("dns-serve-a", "allowed.example", "127.0.53.1", 10053);
+  uint64_t a = 0;
+  ASSERT_NO_FATAL_FAILURE(Register("dns-serve-a", "allowed.example", "127.0.53.1", 10053, &a));
   lab::RunSpec s;
   s.netns = env_->lab().node_netns();
   s.env = env_->CtlEnv();
@@ -129,7 +137,8 @@ TEST_F(DnsServe, ServesRecordsLearnsIntoTheMapAndFollowsChanges) {
   EXPECT_FALSE(*other);
 
   // A sandbox registered while it runs is served at once...
-  uint64_t b = Register("dns-serve-b", "second.example", "127.0.53.2", 10054);
+  uint64_t b = 0;
+  ASSERT_NO_FATAL_FAILURE(Register("dns-serve-b", "second.example", "127.0.53.2", 10054, &b));
   ASSERT_TRUE(WaitLine(absl::StrCat("serving ", b, " 127.0.53.2:10054"))) << serve_->err();
   EXPECT_EQ(Dig("127.0.53.2", 10054, "second.example"), "192.0.2.20\n");
   EXPECT_NE(Dig("127.0.53.2", 10054, "allowed.example", false).find("NXDOMAIN"), std::string::npos);

@@ -444,7 +444,7 @@ std::string BinaryPath(std::string_view name_sv) {
   int levels = 0;
   for (fs::path p = dir; !p.empty() && levels < 5; p = p.parent_path(), ++levels) {
     for (const fs::path& cand : {p / name, p / "tests" / "lab" / name, p / "tools" / name / name,
-                                 p / "tools" / "egressctl" / name}) {
+                                 p / "tools" / "egressctl" / name, p / "bench" / name}) {
       if (IsExecutable(cand)) return cand.string();
     }
     if (p == p.parent_path() || p == "/") break;
