@@ -213,3 +213,21 @@ int egr_tc_ingress(struct __sk_buff *skb)
 						      : EGR_TC_STAT_DROP);
 	return EGR_TC_ACT_SHOT;
 }
+
+/* tc clsact egress of the same interfaces (towards the pod): the answers of
+ * the pod's steered DNS queries get back the source the pod asked
+ * (lib/tc_dns.h); an endpoint's packet no query explains is dropped. */
+SEC("tc")
+int egr_tc_egress(struct __sk_buff *skb)
+{
+	const struct egr_cgroup_val *sb = egr_sandbox_of_ifindex(skb->ifindex);
+	struct egr_decision d;
+
+	if (!sb)
+		return EGR_TC_ACT_OK;
+	d = egr_tc_dns_restore(skb, sb);
+	if (egr_lets_through(d))
+		return EGR_TC_ACT_OK;
+	egr_tc_count(EGR_TC_STAT_DNS_UNMATCHED);
+	return EGR_TC_ACT_SHOT;
+}

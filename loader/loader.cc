@@ -407,6 +407,11 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLoc
   }
   // The tc program (issue 17): pinned for registrations by interface, and
   // swapped into the interfaces registered already.
+  // The egress program first: an answer to a query the new ingress steers
+  // is restored.
+  if (absl::Status s = InstallTcEgressProgram(paths, bpf_program__fd(skel->progs.egr_tc_egress)); !s.ok()) {
+    return FailedAfter(s, changes);
+  }
   if (absl::Status s = InstallTcProgram(paths, bpf_program__fd(skel->progs.egr_tc_ingress)); !s.ok()) {
     return FailedAfter(s, changes);
   }

@@ -471,6 +471,8 @@ enum egr_tc_stat {
 	EGR_TC_STAT_FRAME_DROP,   /* not IP nor ARP, an RA or redirect: dropped */
 	EGR_TC_STAT_LINK_LOCAL,   /* ARP / neighbour discovery passed */
 	EGR_TC_STAT_SPOOFED,      /* a source MAC or address not the pod's: dropped */
+	EGR_TC_STAT_DNS_UNMATCHED, /* egress: a packet from the sandbox's DNS endpoint to
+				    * the pod that no steered query explains: dropped */
 	EGR_TC_STAT_MAX = 8,      /* room to append without a new map */
 };
 #define EGR_MAP_TCSTATS "egr_tcstats_v1"
@@ -504,5 +506,53 @@ struct egr_ifaddr_key {
 struct egr_ifaddr_val {
 	__u32 flags; /* reserved, 0 */
 };
+
+/* ---- egr_tcdns_v1: which resolver a pod behind an interface asked ----
+ * DNS steering at the veth (bpf/lib/tc_dns.h): the tc ingress program
+ * rewrites every DNS packet of the pod (UDP and TCP, port 53, any address)
+ * to the sandbox's endpoint and notes here what it asked; the tc egress
+ * program finds the note again from the answer (the pod's port) and puts
+ * the resolver's address and port back as the answer's source.
+ * Key: the host-side ifindex and a slot, a hash of (family, protocol, pod
+ * port) modulo EGR_TCDNS_SLOTS.  Each interface owns its slots and a query
+ * overwrites only a slot of its own interface, so the table is bounded per
+ * sandbox and one sandbox never evicts another's notes.  A slot taken by a
+ * later query of the same pod (a collision) leaves the earlier one's answer
+ * unmatched: dropped, and the client retries (fails closed).  The value
+ * names the sandbox and the pod's source, checked on the way back, so a
+ * stale note (an ifindex reused after its pod went) matches nothing.  A new
+ * map, no layout change: the ABI version stays 2. */
+#define EGR_MAP_TCDNS "egr_tcdns_v1"
+#define EGR_TCDNS_SLOTS 64
+/* 4096 interfaces' worth of slots (no preallocation: memory as used).  Past
+ * that a new note fails to insert and its query is refused (counted
+ * dns_deny): never an eviction of another sandbox's note. */
+#define EGR_MAX_TCDNS (4096 * EGR_TCDNS_SLOTS)
+
+struct egr_tcdns_key {
+	__u32 ifindex;
+	__u32 slot; /* < EGR_TCDNS_SLOTS */
+};
+
+struct egr_tcdns_val {
+	__u64 sandbox_id;   /* the sandbox whose query it was */
+	__u8 pod_addr[16];  /* the query's source, IPv4 as ::ffff:a.b.c.d */
+	__u8 orig_addr[16]; /* the address the pod asked, same form */
+	__u16 pod_port;     /* network order */
+	__u16 orig_port;    /* network order (53) */
+	__u8 protocol;      /* IPPROTO_UDP or IPPROTO_TCP */
+	__u8 pad0;
+	__u16 pad1;
+};
+
+#if defined(__cplusplus)
+static_assert(sizeof(struct egr_tcdns_key) == 8, "egr_tcdns_key layout");
+static_assert(sizeof(struct egr_tcdns_val) == 48, "egr_tcdns_val layout");
+static_assert((EGR_TCDNS_SLOTS & (EGR_TCDNS_SLOTS - 1)) == 0, "slots are a power of two");
+#else
+_Static_assert(sizeof(struct egr_tcdns_key) == 8, "egr_tcdns_key layout");
+_Static_assert(sizeof(struct egr_tcdns_val) == 48, "egr_tcdns_val layout");
+_Static_assert((EGR_TCDNS_SLOTS & (EGR_TCDNS_SLOTS - 1)) == 0, "slots are a power of two");
+#endif
 
 #endif /* EGRESSD_MAPS_EGRESSD_ABI_H */

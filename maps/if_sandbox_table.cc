@@ -17,6 +17,7 @@ absl::StatusOr<IfSandboxTable> IfSandboxTable::Open(const std::string& pin_root)
   EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_IFSANDBOX, t.fd_));
   EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_IFPOD, t.pod_fd_));
   EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_IFADDR, t.addr_fd_));
+  EGR_RETURN_IF_ERROR(OpenPinnedMap(pin_root, EGR_MAP_TCDNS, t.dns_fd_));
   return t;
 }
 
@@ -37,6 +38,16 @@ absl::StatusOr<std::optional<egr_cgroup_val>> IfSandboxTable::Get(uint32_t ifind
 absl::Status IfSandboxTable::Remove(uint32_t ifindex) {
   if (bpf_map_delete_elem(fd_.get(), &ifindex) != 0 && errno != ENOENT) {
     return ErrnoStatus(errno, absl::StrCat("delete interface ", ifindex, " from ", EGR_MAP_IFSANDBOX));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IfSandboxTable::RemoveDnsNotes(uint32_t ifindex) {
+  for (uint32_t slot = 0; slot < EGR_TCDNS_SLOTS; slot++) {
+    egr_tcdns_key k{.ifindex = ifindex, .slot = slot};
+    if (bpf_map_delete_elem(dns_fd_.get(), &k) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, absl::StrCat("delete slot ", slot, " of interface ", ifindex, " from ", EGR_MAP_TCDNS));
+    }
   }
   return absl::OkStatus();
 }

@@ -34,9 +34,13 @@ class IfSandboxTable {
   absl::Status SetPod(uint32_t ifindex, const std::optional<std::array<uint8_t, 6>>& mac,
                       const std::vector<net::IpAddr>& addrs);
   absl::Status RemovePod(uint32_t ifindex);
+  // The interface's DNS steering notes (egr_tcdns_v1): a later pod on a
+  // reused ifindex starts with none (a stale note matches nothing anyway:
+  // it names its sandbox and pod).
+  absl::Status RemoveDnsNotes(uint32_t ifindex);
 
  private:
-  UniqueFd fd_, pod_fd_, addr_fd_;
+  UniqueFd fd_, pod_fd_, addr_fd_, dns_fd_;
 };
 
 // The tc program's counters (egr_tcstats_v1), summed over CPUs.

@@ -17,6 +17,7 @@
 #include "lib/verdict.h"
 #include "lib/judge_once.h"
 #include "lib/dns_redirect.h"
+#include "lib/tc_dns.h"
 #include "lib/audit_mode.h"
 
 #define EGR_ETH_HLEN 14
@@ -203,10 +204,17 @@ static __always_inline struct egr_decision egr_tc_judge(struct __sk_buff *skb,
 	egr_addr_unspecified_to_loopback(&p.dst);
 	if (egr_addr_is_loopback(&p.dst))
 		return egr_deny(pol, EGR_REASON_LOOPBACK_LEAVES);
-	/* Port 53 and the DNS endpoints: no socket was redirected here, so
-	 * they are refused (steering at tc is not done yet: fails closed). */
-	if (egr_dns_backstop(sb, NULL, &p.dst, p.dport, p.nsegments) != EGR_DNS_NOT_DNS)
+	/* Port 53 is steered to the sandbox's endpoint before any address
+	 * check (a resolver may sit in a protected range); an endpoint named
+	 * directly is refused (lib/tc_dns.h). */
+	switch (egr_tc_dns_steer(skb, sb, &p)) {
+	case EGR_TC_DNS_STEERED:
+		return egr_decide(EGR_PASS, EGR_REASON_DNS_REDIRECT);
+	case EGR_TC_DNS_REFUSED:
 		return egr_deny(pol, EGR_REASON_DNS_REFUSED);
+	default:
+		break;
+	}
 
 	d = egr_judge_use_once(sb, pol, &p.dst, p.dport, EGR_RES_SEND);
 	if (!egr_passes(d))

@@ -339,7 +339,7 @@ TEST_F(TcVeth, CraftedFramesThroughTheTcProgram) {
       {"v4 loose source route via a denied hop", V4(kPublicA4, 7000, lsrr), 2},
       {"v4 non-first fragment to a denied host", V4(kPublicB4, 0, {}, 0x00b9), 2},
       {"v4 non-first fragment to an allowed host (every port)", V4(kPublicA4, 0, {}, 0x00b9), 0},
-      {"v4 DNS to an allowed host (no steering at tc: refused)", V4(kPublicA4, 53), 2},
+      {"v4 DNS, the sandbox has no endpoint (cannot be steered: refused)", V4(kPublicA4, 53), 2},
       {"v4 to loopback on the link", V4("127.0.0.1", 7000), 2},
       {"ARP", arp, 0},
       {"VLAN-tagged IPv4", vlan, 2},

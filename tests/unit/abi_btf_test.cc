@@ -64,6 +64,11 @@ const std::vector<AbiStruct>& CxxLayouts() {
       EGR_STRUCT(egr_ifaddr_key, EGR_FIELD(egr_ifaddr_key, ifindex), EGR_FIELD(egr_ifaddr_key, pad0),
                  EGR_FIELD(egr_ifaddr_key, addr)),
       EGR_STRUCT(egr_ifaddr_val, EGR_FIELD(egr_ifaddr_val, flags)),
+      EGR_STRUCT(egr_tcdns_key, EGR_FIELD(egr_tcdns_key, ifindex), EGR_FIELD(egr_tcdns_key, slot)),
+      EGR_STRUCT(egr_tcdns_val, EGR_FIELD(egr_tcdns_val, sandbox_id), EGR_FIELD(egr_tcdns_val, pod_addr),
+                 EGR_FIELD(egr_tcdns_val, orig_addr), EGR_FIELD(egr_tcdns_val, pod_port),
+                 EGR_FIELD(egr_tcdns_val, orig_port), EGR_FIELD(egr_tcdns_val, protocol),
+                 EGR_FIELD(egr_tcdns_val, pad0), EGR_FIELD(egr_tcdns_val, pad1)),
       EGR_STRUCT(egr_resuse_val, EGR_FIELD(egr_resuse_val, last_used_ns),
                  EGR_FIELD(egr_resuse_val, socks), EGR_FIELD(egr_resuse_val, pad0)),
       EGR_STRUCT(egr_sock_val, EGR_FIELD(egr_sock_val, addr), EGR_FIELD(egr_sock_val, port),
@@ -160,6 +165,7 @@ const std::vector<AbiMap>& AbiMaps() {
       EGR_MAP(EGR_MAP_TCSTATS, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, __u64, EGR_TC_STAT_MAX),
       EGR_MAP(EGR_MAP_IFPOD, BPF_MAP_TYPE_HASH, __u32, struct egr_ifpod_val, EGR_MAX_IFSANDBOXES),
       EGR_MAP(EGR_MAP_IFADDR, BPF_MAP_TYPE_HASH, struct egr_ifaddr_key, struct egr_ifaddr_val, EGR_MAX_IFADDRS),
+      EGR_MAP(EGR_MAP_TCDNS, BPF_MAP_TYPE_HASH, struct egr_tcdns_key, struct egr_tcdns_val, EGR_MAX_TCDNS),
   };
   return maps;
 }

@@ -188,6 +188,7 @@ TEST(AbiLayout, MapNamesFitAndCarryVersion) {
       EGR_MAP_EVENTS,   EGR_MAP_FOLD,   EGR_MAP_LOSS,   EGR_MAP_BUDGET,
       EGR_MAP_AUDITCTL, EGR_MAP_AUDITSEQ, EGR_MAP_RCUSYNC, EGR_MAP_RESUSE,
       EGR_MAP_IFSANDBOX, EGR_MAP_TCSTATS, EGR_MAP_IFPOD, EGR_MAP_IFADDR,
+      EGR_MAP_TCDNS,
   };
   for (const char* n : names) {
     const std::string name(n);
@@ -220,6 +221,18 @@ EGR_PIN_OFFSET(egr_ifaddr_key, ifindex, 0);
 EGR_PIN_OFFSET(egr_ifaddr_key, pad0, 4);
 EGR_PIN_OFFSET(egr_ifaddr_key, addr, 8);
 EGR_PIN_SIZE(egr_ifaddr_val, 4);
+EGR_PIN_SIZE(egr_tcdns_key, 8);
+EGR_PIN_OFFSET(egr_tcdns_key, ifindex, 0);
+EGR_PIN_OFFSET(egr_tcdns_key, slot, 4);
+EGR_PIN_SIZE(egr_tcdns_val, 48);
+EGR_PIN_OFFSET(egr_tcdns_val, sandbox_id, 0);
+EGR_PIN_OFFSET(egr_tcdns_val, pod_addr, 8);
+EGR_PIN_OFFSET(egr_tcdns_val, orig_addr, 24);
+EGR_PIN_OFFSET(egr_tcdns_val, pod_port, 40);
+EGR_PIN_OFFSET(egr_tcdns_val, orig_port, 42);
+EGR_PIN_OFFSET(egr_tcdns_val, protocol, 44);
+EGR_PIN_OFFSET(egr_tcdns_val, pad0, 45);
+EGR_PIN_OFFSET(egr_tcdns_val, pad1, 46);
 
 // issue 17: the interface map reuses egr_cgroup_val (one sandbox, one value
 // whichever hook judges it), keyed by a __u32 ifindex; its reasons are
@@ -228,7 +241,8 @@ TEST(AbiLayout, InterfaceSandboxMapSharesTheCgroupValue) {
   static_assert(sizeof(egr_cgroup_val) == 16);
   static_assert(EGR_MAX_IFSANDBOXES == EGR_MAX_CGROUPS);
   static_assert(EGR_REASON_LINK_LOCAL == 21 && EGR_REASON_FRAME == 22 && EGR_REASON_SPOOFED == 23);
-  static_assert(EGR_TC_STAT_SPOOFED == 4);
+  static_assert(EGR_TC_STAT_SPOOFED == 4 && EGR_TC_STAT_DNS_UNMATCHED == 5);
+  static_assert(EGR_TC_STAT_DNS_UNMATCHED < EGR_TC_STAT_MAX);
   static_assert(EGR_TC_STAT_LINK_LOCAL == 3 && EGR_TC_STAT_LINK_LOCAL < EGR_TC_STAT_MAX);
   static_assert(EGR_ABI_VERSION == 2, "a new map, not a layout change");
   SUCCEED();

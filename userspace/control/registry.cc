@@ -231,20 +231,27 @@ static absl::Status PointInterface(const Paths& paths, uint64_t cg, maps::Policy
   EGR_ASSIGN_OR_RETURN(auto table, maps::IfSandboxTable::Open(paths.pin_root));
   if (old_ifindex && old_ifindex != ifindex) {
     EGR_RETURN_IF_ERROR(DetachTcIngress(old_ifindex));
+    EGR_RETURN_IF_ERROR(DetachTcEgress(old_ifindex));
     EGR_RETURN_IF_ERROR(table.Remove(old_ifindex));
     EGR_RETURN_IF_ERROR(table.RemovePod(old_ifindex));
+    EGR_RETURN_IF_ERROR(table.RemoveDnsNotes(old_ifindex));
   }
   if (!ifindex) return absl::OkStatus();
   EGR_RETURN_IF_ERROR(table.SetPod(ifindex, sandbox.pod_mac, sandbox.pod_addrs));
   EGR_RETURN_IF_ERROR(table.Set(ifindex, egr_cgroup_val{.kind = EGR_CG_SANDBOX, .policy_id = id, .sandbox_id = cg}));
+  // Egress first: the answer to the first query the ingress steers is
+  // restored.
+  EGR_RETURN_IF_ERROR(AttachTcEgress(paths, ifindex));
   return AttachTcIngress(paths, ifindex);
 }
 
 static absl::Status UnpointInterface(const Paths& paths, uint32_t ifindex) {
   EGR_ASSIGN_OR_RETURN(auto table, maps::IfSandboxTable::Open(paths.pin_root));
   EGR_RETURN_IF_ERROR(DetachTcIngress(ifindex));
+  EGR_RETURN_IF_ERROR(DetachTcEgress(ifindex));
   EGR_RETURN_IF_ERROR(table.Remove(ifindex));
-  return table.RemovePod(ifindex);
+  EGR_RETURN_IF_ERROR(table.RemovePod(ifindex));
+  return table.RemoveDnsNotes(ifindex);
 }
 
 // One locked read-modify-write over the instance's maps and records.
