@@ -17,6 +17,7 @@
 #include "lib/audit.h"
 #include "lib/audit_mode.h"
 #include "lib/tc_veth.h"
+#include "lib/tc_flow.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -199,13 +200,17 @@ SEC("tc")
 int egr_tc_ingress(struct __sk_buff *skb)
 {
 	const struct egr_cgroup_val *sb = egr_sandbox_of_ifindex(skb->ifindex);
+	struct egr_pkt p = {};
 	struct egr_decision d;
 
 	if (!sb)
 		return EGR_TC_ACT_OK;
-	d = egr_tc_judge(skb, sb);
+	d = egr_tc_judge(skb, sb, &p);
+	d = egr_tc_flow_out(skb, sb, &p, d);
 	if (egr_lets_through(d)) {
-		egr_tc_count(d.reason == EGR_REASON_LINK_LOCAL ? EGR_TC_STAT_LINK_LOCAL : EGR_TC_STAT_PASS);
+		egr_tc_count(d.reason == EGR_REASON_LINK_LOCAL ? EGR_TC_STAT_LINK_LOCAL
+			     : d.reason == EGR_REASON_FLOW     ? EGR_TC_STAT_FLOW_PASS
+							       : EGR_TC_STAT_PASS);
 		return EGR_TC_ACT_OK;
 	}
 	egr_tc_count(d.reason == EGR_REASON_FRAME     ? EGR_TC_STAT_FRAME_DROP
@@ -214,9 +219,12 @@ int egr_tc_ingress(struct __sk_buff *skb)
 	return EGR_TC_ACT_SHOT;
 }
 
-/* tc clsact egress of the same interfaces (towards the pod): the answers of
- * the pod's steered DNS queries get back the source the pod asked
- * (lib/tc_dns.h); an endpoint's packet no query explains is dropped. */
+/* tc clsact egress of the same interfaces: what goes into the pod.  The
+ * answers of the pod's steered DNS queries get back the source the pod asked
+ * (lib/tc_dns.h); an endpoint's packet no query explains is dropped.  Nothing
+ * else is refused here: it records the flows the pod did not open
+ * (lib/tc_flow.h: a TCP SYN from a peer) and refreshes every tracked flow.
+ * Attached and detached with egr_tc_ingress (loader/tc_attach.h). */
 SEC("tc")
 int egr_tc_egress(struct __sk_buff *skb)
 {
@@ -226,8 +234,10 @@ int egr_tc_egress(struct __sk_buff *skb)
 	if (!sb)
 		return EGR_TC_ACT_OK;
 	d = egr_tc_dns_restore(skb, sb);
-	if (egr_lets_through(d))
-		return EGR_TC_ACT_OK;
-	egr_tc_count(EGR_TC_STAT_DNS_UNMATCHED);
-	return EGR_TC_ACT_SHOT;
+	if (!egr_lets_through(d)) {
+		egr_tc_count(EGR_TC_STAT_DNS_UNMATCHED);
+		return EGR_TC_ACT_SHOT;
+	}
+	egr_tc_flow_in(skb, sb);
+	return EGR_TC_ACT_OK;
 }

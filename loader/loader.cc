@@ -405,14 +405,11 @@ absl::StatusOr<LoadReport> LoadEnforcement(const Paths& paths, const InstanceLoc
     plan.Abandon();
     return f;
   }
-  // The tc program (issue 17): pinned for registrations by interface, and
+  // The tc programs (issue 17): pinned for registrations by interface, and
   // swapped into the interfaces registered already.
-  // The egress program first: an answer to a query the new ingress steers
-  // is restored.
-  if (absl::Status s = InstallTcEgressProgram(paths, bpf_program__fd(skel->progs.egr_tc_egress)); !s.ok()) {
-    return FailedAfter(s, changes);
-  }
-  if (absl::Status s = InstallTcProgram(paths, bpf_program__fd(skel->progs.egr_tc_ingress)); !s.ok()) {
+  if (absl::Status s = InstallTcProgram(paths, bpf_program__fd(skel->progs.egr_tc_ingress),
+                                        bpf_program__fd(skel->progs.egr_tc_egress));
+      !s.ok()) {
     return FailedAfter(s, changes);
   }
   if (!socket_containment) {

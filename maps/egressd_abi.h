@@ -16,6 +16,7 @@
 
 #ifndef __VMLINUX_H__
 #include <linux/types.h>
+#include <linux/bpf.h> /* struct bpf_timer (egr_flow_val) */
 #endif
 
 #define EGR_ABI_VERSION 2
@@ -327,6 +328,12 @@ enum egr_reason {
 	EGR_REASON_FRAME,           /* a frame that is neither IP nor ARP, or an IPv6
 				     * router advertisement or redirect from a pod */
 	EGR_REASON_SPOOFED,         /* a source MAC or address that is not the pod's */
+	/* Appended for the tc flow table (issue 17, egr_tcflow_v1): */
+	EGR_REASON_FLOW,            /* a packet of a flow the table holds (an inbound TCP
+				     * connection, or a flow a learned name allowed at its
+				     * first packet) that the policy alone would refuse */
+	EGR_REASON_FLOW_UNTRACKED,  /* a flow the table could not hold (quota or map full):
+				     * judged per packet */
 };
 
 enum egr_event_kind {
@@ -473,6 +480,8 @@ enum egr_tc_stat {
 	EGR_TC_STAT_SPOOFED,      /* a source MAC or address not the pod's: dropped */
 	EGR_TC_STAT_DNS_UNMATCHED, /* egress: a packet from the sandbox's DNS endpoint to
 				    * the pod that no steered query explains: dropped */
+	EGR_TC_STAT_FLOW_PASS,    /* passed by egr_tcflow_v1 where the policy alone refuses */
+	EGR_TC_STAT_FLOW_UNTRACKED, /* a flow not tracked (quota or map full): per packet */
 	EGR_TC_STAT_MAX = 8,      /* room to append without a new map */
 };
 #define EGR_MAP_TCSTATS "egr_tcstats_v1"
@@ -553,6 +562,90 @@ static_assert((EGR_TCDNS_SLOTS & (EGR_TCDNS_SLOTS - 1)) == 0, "slots are a power
 _Static_assert(sizeof(struct egr_tcdns_key) == 8, "egr_tcdns_key layout");
 _Static_assert(sizeof(struct egr_tcdns_val) == 48, "egr_tcdns_val layout");
 _Static_assert((EGR_TCDNS_SLOTS & (EGR_TCDNS_SLOTS - 1)) == 0, "slots are a power of two");
+#endif
+
+/* ---- egr_tcflow_v1, egr_flowcnt_v1, egr_flowcfg_v1: per-flow state at tc ----
+ * (issue 17, bpf/lib/tc_flow.h).  A sandbox judged at its veth has no socket
+ * whose record outlives a learned name's expiry, and no socket at all for a
+ * connection a peer opened.  egr_tcflow_v1 holds, per sandbox and 5-tuple
+ * (the pod's side first), the flows that need state: a TCP connection a SYN
+ * into the pod opened (written only by egr_tc_egress, so a pod cannot make
+ * one), and a flow whose first packet a learned name allowed (egr_tc_ingress).
+ * A flow allowed by a CIDR or the default needs none: the same policy judges
+ * every packet of it the same.  Before an insert the sandbox's count in
+ * egr_flowcnt_v1 is checked against the quota (egr_flowcfg_v1), so one
+ * sandbox's flows never take another's room; nothing is evicted.  Each entry
+ * carries a bpf_timer that deletes it once idle (and decrements the count),
+ * so nothing polls; a lookup treats an expired entry as gone.  A new map, no
+ * layout change: the ABI version stays 2. */
+#define EGR_MAP_TCFLOW "egr_tcflow_v1"
+#define EGR_MAP_FLOWCNT "egr_flowcnt_v1"
+#define EGR_MAP_FLOWCFG "egr_flowcfg_v1"
+#define EGR_MAX_FLOWS (1u << 20) /* node-wide; allocated on demand */
+/* The defaults (docs/datapath.md "Flow state"; the deployment config's
+ * flows: section overrides them, userspace/policy/deployment_config.h):
+ * 4096 flows a sandbox lets 256 sandboxes hold their quotas within the
+ * node-wide map, as the learned addresses' quota does. */
+#define EGR_FLOW_DEFAULT_QUOTA 4096
+#define EGR_FLOW_DEFAULT_TCP_IDLE_S 3600     /* an established connection, idle */
+#define EGR_FLOW_DEFAULT_TCP_TRANSITORY_S 60 /* opening (no answer yet) or closing (a FIN) */
+#define EGR_FLOW_DEFAULT_UDP_IDLE_S 120      /* UDP and other protocols, idle */
+
+struct egr_flow_key {
+	__u64 sandbox_id;
+	__u8 pod_addr[16];  /* the pod's side; IPv4 as ::ffff:a.b.c.d */
+	__u8 peer_addr[16];
+	__u16 pod_port;     /* host order; 0 for protocols without ports */
+	__u16 peer_port;
+	__u8 proto;         /* IPPROTO_* */
+	__u8 pad0;
+	__u16 pad1;
+};
+
+enum egr_flow_flags {
+	EGR_FLOW_INBOUND = 1 << 0, /* opened by a TCP SYN into the pod */
+	EGR_FLOW_REPLIED = 1 << 1, /* a packet of the other direction was seen */
+	EGR_FLOW_CLOSING = 1 << 2, /* a FIN was seen: the transitory timeout */
+};
+
+struct egr_flow_val {
+	struct bpf_timer timer; /* kernel-owned (16 bytes): the entry's expiry */
+	__u64 last_ns;          /* bpf_ktime_get_boot_ns() of its last packet */
+	__u64 created_ns;
+	__u32 policy_id;        /* the policy in force at its first packet: a flip ends it */
+	__u8 flags;             /* enum egr_flow_flags */
+	__u8 reason;            /* what let its first packet through (enum egr_reason) */
+	__u16 pad0;
+};
+
+/* Per sandbox, written by the programs only (atomic adds).  flows is signed:
+ * a removal racing a sandbox's re-registration may leave it one short, which
+ * then errs towards room, never towards a quota that cannot be freed. */
+struct egr_flowcnt_val {
+	__s64 flows;          /* entries held now */
+	__u64 tracked;        /* entries ever made */
+	__u64 refused_quota;  /* flows not tracked: the quota was full */
+	__u64 refused_full;   /* flows not tracked: the map (or a timer) failed */
+};
+
+/* Array of one, written by the control plane; a 0 field: its default. */
+struct egr_flowcfg_val {
+	__u32 quota;            /* flows per sandbox */
+	__u32 tcp_idle_s;
+	__u32 tcp_transitory_s;
+	__u32 udp_idle_s;
+};
+
+#if defined(__cplusplus)
+static_assert(sizeof(struct egr_flow_key) == 48, "egr_flow_key layout");
+static_assert(sizeof(struct egr_flow_val) == 40, "egr_flow_val layout");
+static_assert(sizeof(struct egr_flowcnt_val) == 32, "egr_flowcnt_val layout");
+static_assert(sizeof(struct egr_flowcfg_val) == 16, "egr_flowcfg_val layout");
+#else
+_Static_assert(sizeof(struct egr_flow_key) == 48, "egr_flow_key layout");
+_Static_assert(sizeof(struct egr_flow_val) == 40, "egr_flow_val layout");
+_Static_assert(sizeof(struct egr_flowcnt_val) == 32, "egr_flowcnt_val layout");
+_Static_assert(sizeof(struct egr_flowcfg_val) == 16, "egr_flowcfg_val layout");
 #endif
 
 #endif /* EGRESSD_MAPS_EGRESSD_ABI_H */

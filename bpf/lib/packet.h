@@ -38,6 +38,9 @@ struct egr_pkt {
 	__u8 nsegments;  /* IPv6 routing header addresses to judge too */
 	__u32 rh_offset; /* where those addresses start (from the skb's start) */
 	__u8 opens_tcp;  /* TCP SYN without ACK, or a TCP header too short to tell */
+	__u8 ports_read; /* the L4 ports were in the packet (not a later fragment) */
+	__u8 tcp_flags;  /* TCP: the flags byte (FIN 0x01, SYN 0x02, RST 0x04, ACK 0x10) */
+	__u16 sport;     /* host order; what the tc flow table keys on */
 };
 
 
@@ -65,11 +68,14 @@ static __always_inline int egr_load_dport(struct __sk_buff *skb, __u32 off, stru
 	if (bpf_skb_load_bytes(skb, off, ports, sizeof(ports)))
 		return EGR_PARSE_REFUSE;
 	p->dport = bpf_ntohs(ports[1]);
+	p->sport = bpf_ntohs(ports[0]);
+	p->ports_read = 1;
 	if (p->l4proto == IPPROTO_TCP) {
 		__u8 flags = 0x02; /* unreadable flags count as an open: no shortcut */
 
 		bpf_skb_load_bytes(skb, off + 13, &flags, 1);
 		p->opens_tcp = (flags & 0x12) == 0x02; /* SYN, not ACK */
+		p->tcp_flags = flags;
 	}
 	return EGR_PARSE_OK;
 }

@@ -166,9 +166,12 @@ static __always_inline int egr_tc_sources_own(struct __sk_buff *skb)
 	return 1; /* not IP nor ARP: refused by the judge anyway */
 }
 
-/* Judges one frame the pod behind the interface sends; sb is its sandbox. */
+/* Judges one frame the pod behind the interface sends; sb is its sandbox.
+ * *pp gets what the parser read (zeroed by the caller), for the flow table
+ * (lib/tc_flow.h). */
 static __always_inline struct egr_decision egr_tc_judge(struct __sk_buff *skb,
-							const struct egr_cgroup_val *sb)
+							const struct egr_cgroup_val *sb,
+							struct egr_pkt *pp)
 {
 	struct egr_policy_val *pol = bpf_map_lookup_elem(&egr_policy_v1, &sb->policy_id);
 	struct egr_pkt p = {};
@@ -182,6 +185,7 @@ static __always_inline struct egr_decision egr_tc_judge(struct __sk_buff *skb,
 	if (skb->protocol == bpf_htons(EGR_ETH_P_ARP))
 		return egr_decide(EGR_PASS, EGR_REASON_LINK_LOCAL);
 	parsed = egr_parse_packet(skb, EGR_ETH_HLEN, &p);
+	*pp = p;
 	/* VLAN tags, MPLS, PPPoE, raw ethertypes: nothing egressd can judge
 	 * leaves a pod. */
 	if (parsed == EGR_PARSE_NOT_IP)

@@ -69,6 +69,17 @@ const std::vector<AbiStruct>& CxxLayouts() {
                  EGR_FIELD(egr_tcdns_val, orig_addr), EGR_FIELD(egr_tcdns_val, pod_port),
                  EGR_FIELD(egr_tcdns_val, orig_port), EGR_FIELD(egr_tcdns_val, protocol),
                  EGR_FIELD(egr_tcdns_val, pad0), EGR_FIELD(egr_tcdns_val, pad1)),
+      EGR_STRUCT(egr_flow_key, EGR_FIELD(egr_flow_key, sandbox_id), EGR_FIELD(egr_flow_key, pod_addr),
+                 EGR_FIELD(egr_flow_key, peer_addr), EGR_FIELD(egr_flow_key, pod_port),
+                 EGR_FIELD(egr_flow_key, peer_port), EGR_FIELD(egr_flow_key, proto), EGR_FIELD(egr_flow_key, pad0),
+                 EGR_FIELD(egr_flow_key, pad1)),
+      EGR_STRUCT(egr_flow_val, EGR_FIELD(egr_flow_val, timer), EGR_FIELD(egr_flow_val, last_ns),
+                 EGR_FIELD(egr_flow_val, created_ns), EGR_FIELD(egr_flow_val, policy_id),
+                 EGR_FIELD(egr_flow_val, flags), EGR_FIELD(egr_flow_val, reason), EGR_FIELD(egr_flow_val, pad0)),
+      EGR_STRUCT(egr_flowcnt_val, EGR_FIELD(egr_flowcnt_val, flows), EGR_FIELD(egr_flowcnt_val, tracked),
+                 EGR_FIELD(egr_flowcnt_val, refused_quota), EGR_FIELD(egr_flowcnt_val, refused_full)),
+      EGR_STRUCT(egr_flowcfg_val, EGR_FIELD(egr_flowcfg_val, quota), EGR_FIELD(egr_flowcfg_val, tcp_idle_s),
+                 EGR_FIELD(egr_flowcfg_val, tcp_transitory_s), EGR_FIELD(egr_flowcfg_val, udp_idle_s)),
       EGR_STRUCT(egr_resuse_val, EGR_FIELD(egr_resuse_val, last_used_ns),
                  EGR_FIELD(egr_resuse_val, socks), EGR_FIELD(egr_resuse_val, pad0)),
       EGR_STRUCT(egr_sock_val, EGR_FIELD(egr_sock_val, addr), EGR_FIELD(egr_sock_val, port),
@@ -166,6 +177,9 @@ const std::vector<AbiMap>& AbiMaps() {
       EGR_MAP(EGR_MAP_IFPOD, BPF_MAP_TYPE_HASH, __u32, struct egr_ifpod_val, EGR_MAX_IFSANDBOXES),
       EGR_MAP(EGR_MAP_IFADDR, BPF_MAP_TYPE_HASH, struct egr_ifaddr_key, struct egr_ifaddr_val, EGR_MAX_IFADDRS),
       EGR_MAP(EGR_MAP_TCDNS, BPF_MAP_TYPE_HASH, struct egr_tcdns_key, struct egr_tcdns_val, EGR_MAX_TCDNS),
+      EGR_MAP(EGR_MAP_TCFLOW, BPF_MAP_TYPE_HASH, struct egr_flow_key, struct egr_flow_val, EGR_MAX_FLOWS),
+      EGR_MAP(EGR_MAP_FLOWCNT, BPF_MAP_TYPE_HASH, __u64, struct egr_flowcnt_val, EGR_MAX_IFSANDBOXES),
+      EGR_MAP(EGR_MAP_FLOWCFG, BPF_MAP_TYPE_ARRAY, __u32, struct egr_flowcfg_val, 1),
   };
   return maps;
 }

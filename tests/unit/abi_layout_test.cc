@@ -189,6 +189,7 @@ TEST(AbiLayout, MapNamesFitAndCarryVersion) {
       EGR_MAP_AUDITCTL, EGR_MAP_AUDITSEQ, EGR_MAP_RCUSYNC, EGR_MAP_RESUSE,
       EGR_MAP_IFSANDBOX, EGR_MAP_TCSTATS, EGR_MAP_IFPOD, EGR_MAP_IFADDR,
       EGR_MAP_TCDNS,
+      EGR_MAP_TCFLOW,   EGR_MAP_FLOWCNT, EGR_MAP_FLOWCFG,
   };
   for (const char* n : names) {
     const std::string name(n);
@@ -245,6 +246,45 @@ TEST(AbiLayout, InterfaceSandboxMapSharesTheCgroupValue) {
   static_assert(EGR_TC_STAT_DNS_UNMATCHED < EGR_TC_STAT_MAX);
   static_assert(EGR_TC_STAT_LINK_LOCAL == 3 && EGR_TC_STAT_LINK_LOCAL < EGR_TC_STAT_MAX);
   static_assert(EGR_ABI_VERSION == 2, "a new map, not a layout change");
+  SUCCEED();
+}
+
+// issue 17's flow table: the key has no hole (a lookup hashes every byte),
+// the kernel owns the value's first 16 bytes (struct bpf_timer).
+EGR_PIN_SIZE(egr_flow_key, 48);
+EGR_PIN_OFFSET(egr_flow_key, sandbox_id, 0);
+EGR_PIN_OFFSET(egr_flow_key, pod_addr, 8);
+EGR_PIN_OFFSET(egr_flow_key, peer_addr, 24);
+EGR_PIN_OFFSET(egr_flow_key, pod_port, 40);
+EGR_PIN_OFFSET(egr_flow_key, peer_port, 42);
+EGR_PIN_OFFSET(egr_flow_key, proto, 44);
+EGR_PIN_OFFSET(egr_flow_key, pad0, 45);
+EGR_PIN_OFFSET(egr_flow_key, pad1, 46);
+EGR_PIN_SIZE(egr_flow_val, 40);
+EGR_PIN_OFFSET(egr_flow_val, timer, 0);
+EGR_PIN_OFFSET(egr_flow_val, last_ns, 16);
+EGR_PIN_OFFSET(egr_flow_val, created_ns, 24);
+EGR_PIN_OFFSET(egr_flow_val, policy_id, 32);
+EGR_PIN_OFFSET(egr_flow_val, flags, 36);
+EGR_PIN_OFFSET(egr_flow_val, reason, 37);
+EGR_PIN_OFFSET(egr_flow_val, pad0, 38);
+EGR_PIN_SIZE(egr_flowcnt_val, 32);
+EGR_PIN_OFFSET(egr_flowcnt_val, flows, 0);
+EGR_PIN_OFFSET(egr_flowcnt_val, tracked, 8);
+EGR_PIN_OFFSET(egr_flowcnt_val, refused_quota, 16);
+EGR_PIN_OFFSET(egr_flowcnt_val, refused_full, 24);
+EGR_PIN_SIZE(egr_flowcfg_val, 16);
+EGR_PIN_OFFSET(egr_flowcfg_val, quota, 0);
+EGR_PIN_OFFSET(egr_flowcfg_val, tcp_idle_s, 4);
+EGR_PIN_OFFSET(egr_flowcfg_val, tcp_transitory_s, 8);
+EGR_PIN_OFFSET(egr_flowcfg_val, udp_idle_s, 12);
+
+TEST(AbiLayout, FlowTableReasonsAndCountersAreAppended) {
+  static_assert(EGR_REASON_FLOW == 24 && EGR_REASON_FLOW_UNTRACKED == 25);
+  static_assert(EGR_TC_STAT_FLOW_PASS == 5 && EGR_TC_STAT_FLOW_UNTRACKED == 6);
+  static_assert(EGR_TC_STAT_FLOW_UNTRACKED < EGR_TC_STAT_MAX, "egr_tcstats_v1 keeps its size");
+  static_assert(EGR_FLOW_INBOUND == 1 && EGR_FLOW_REPLIED == 2 && EGR_FLOW_CLOSING == 4);
+  static_assert(EGR_ABI_VERSION == 2, "new maps, not a layout change");
   SUCCEED();
 }
 

@@ -17,6 +17,7 @@
 #include "userspace/common/cgroup_tree.h"
 #include "userspace/control/registry.h"
 #include "userspace/control/sandbox_caps.h"
+#include "maps/flow_table.h"
 #include "userspace/policy/deployment_config.h"
 #include "userspace/policy/yaml_walk.h"
 #include "userspace/control/sandbox_record.h"
@@ -106,6 +107,21 @@ static absl::Status CheckConfigCaps(const std::string& config, const policy::Com
   return control::CheckSandboxCaps(policy, limits);
 }
 
+// The config's flows: settings (the tc flow table's quota and timeouts,
+// node-wide) for a sandbox judged at its interface; without --config the
+// node keeps what it has (the daemon's, or the defaults).
+static absl::Status ApplyFlowConfig(const Paths& paths, const std::string& config) {
+  if (config.empty()) return absl::OkStatus();
+  auto text = policy::yaml::ReadInputFile(config);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--config ", text.status().message()));
+  auto d = policy::ParseDeploymentConfig(*text, config, nullptr);
+  if (!d.ok()) return d.status();
+  return maps::WriteFlowConfig(paths.pin_root, {.quota = d->flows.max_per_sandbox,
+                                                .tcp_idle_s = d->flows.tcp_idle_s,
+                                                .tcp_transitory_s = d->flows.tcp_transitory_s,
+                                                .udp_idle_s = d->flows.udp_idle_s});
+}
+
 // A sandbox add asks for enforcement: where the bpf LSM is not in force it
 // is refused (a pod keeps CAP_NET_RAW, and its packet sockets would go
 // unjudged) unless the operator accepts that.
@@ -141,6 +157,9 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
   if (auto s = CheckSocketContainment(paths, accept); !s.ok()) return ReportContainment(s);
   auto spec = MakeSandboxSpec(sandbox, cgroup, *id, "");
   if (!spec.ok()) return Report(spec.status());
+  if (spec->ifindex) {
+    if (auto f = ApplyFlowConfig(paths, flags.config); !f.ok()) return Report(f);
+  }
   absl::Status s = control::Registry(paths).Register(*spec, *policy);
   if (s.ok()) {
     audit::WriteOneUserEvent(paths, audit::SandboxJson("registered", *id, "sandbox add", cgroup, spec->labels), *id);

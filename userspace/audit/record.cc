@@ -43,6 +43,8 @@ const char* BareReason(uint8_t reason, uint8_t action) {
     case EGR_REASON_LINK_LOCAL: return "link-local";
     case EGR_REASON_FRAME: return "frame";
     case EGR_REASON_SPOOFED: return "spoofed";
+    case EGR_REASON_FLOW: return "flow";
+    case EGR_REASON_FLOW_UNTRACKED: return "flow-untracked";
   }
   return nullptr;
 }

@@ -1,6 +1,7 @@
 #include "userspace/control/registry.h"
 
 #include "loader/tc_attach.h"
+#include "maps/flow_table.h"
 #include "maps/if_sandbox_table.h"
 #include <algorithm>
 
@@ -230,8 +231,7 @@ static absl::Status PointInterface(const Paths& paths, uint64_t cg, maps::Policy
   if (!ifindex && !old_ifindex) return absl::OkStatus();
   EGR_ASSIGN_OR_RETURN(auto table, maps::IfSandboxTable::Open(paths.pin_root));
   if (old_ifindex && old_ifindex != ifindex) {
-    EGR_RETURN_IF_ERROR(DetachTcIngress(old_ifindex));
-    EGR_RETURN_IF_ERROR(DetachTcEgress(old_ifindex));
+    EGR_RETURN_IF_ERROR(DetachTcPrograms(old_ifindex));
     EGR_RETURN_IF_ERROR(table.Remove(old_ifindex));
     EGR_RETURN_IF_ERROR(table.RemovePod(old_ifindex));
     EGR_RETURN_IF_ERROR(table.RemoveDnsNotes(old_ifindex));
@@ -239,19 +239,18 @@ static absl::Status PointInterface(const Paths& paths, uint64_t cg, maps::Policy
   if (!ifindex) return absl::OkStatus();
   EGR_RETURN_IF_ERROR(table.SetPod(ifindex, sandbox.pod_mac, sandbox.pod_addrs));
   EGR_RETURN_IF_ERROR(table.Set(ifindex, egr_cgroup_val{.kind = EGR_CG_SANDBOX, .policy_id = id, .sandbox_id = cg}));
-  // Egress first: the answer to the first query the ingress steers is
-  // restored.
-  EGR_RETURN_IF_ERROR(AttachTcEgress(paths, ifindex));
-  return AttachTcIngress(paths, ifindex);
+  return AttachTcPrograms(paths, ifindex);
 }
 
-static absl::Status UnpointInterface(const Paths& paths, uint32_t ifindex) {
+// Detached first, then the entries; the flows the sandbox left (and their
+// timers) go last, so a registration of the same id starts from nothing.
+static absl::Status UnpointInterface(const Paths& paths, uint64_t cg, uint32_t ifindex) {
   EGR_ASSIGN_OR_RETURN(auto table, maps::IfSandboxTable::Open(paths.pin_root));
-  EGR_RETURN_IF_ERROR(DetachTcIngress(ifindex));
-  EGR_RETURN_IF_ERROR(DetachTcEgress(ifindex));
+  EGR_RETURN_IF_ERROR(DetachTcPrograms(ifindex));
   EGR_RETURN_IF_ERROR(table.Remove(ifindex));
   EGR_RETURN_IF_ERROR(table.RemovePod(ifindex));
-  return table.RemoveDnsNotes(ifindex);
+  EGR_RETURN_IF_ERROR(table.RemoveDnsNotes(ifindex));
+  return maps::ForgetSandboxFlows(paths.pin_root, cg).status();
 }
 
 // One locked read-modify-write over the instance's maps and records.
@@ -395,7 +394,7 @@ absl::Status Registry::Unregister(uint64_t cgroup_id) {
   return Locked([&](Env env) -> absl::Status {
     EGR_ASSIGN_OR_RETURN(auto old, env.table.Get(cgroup_id));
     EGR_ASSIGN_OR_RETURN(auto record, OwnRecord(env.records, cgroup_id));
-    if (record && record->ifindex) EGR_RETURN_IF_ERROR(UnpointInterface(paths_, record->ifindex));
+    if (record && record->ifindex) EGR_RETURN_IF_ERROR(UnpointInterface(paths_, cgroup_id, record->ifindex));
     if (old) {
       EGR_RETURN_IF_ERROR(env.table.Remove(cgroup_id));
       CrashPoint("remove:after-unregister");

@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "maps/flow_table.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -84,6 +85,11 @@ absl::Status Daemon::Start() {
     } else {
       spdlog::info("programs adopted: this build's, pinned under {}", paths.pin_root);
     }
+    // The tc flow table's settings (node-wide, docs/datapath.md "Flow state").
+    EGR_RETURN_IF_ERROR(maps::WriteFlowConfig(paths.pin_root, {.quota = deployment_.flows.max_per_sandbox,
+                                                               .tcp_idle_s = deployment_.flows.tcp_idle_s,
+                                                               .tcp_transitory_s = deployment_.flows.tcp_transitory_s,
+                                                               .udp_idle_s = deployment_.flows.udp_idle_s}));
     EGR_ASSIGN_OR_RETURN(auto rec, control::Reconcile(paths, lock));
     if (rec.changed()) {
       spdlog::warn("reconciled: {} record(s) dropped, {} reverted, {} repaired, {} created, {} dead cgroup(s)",

@@ -40,6 +40,7 @@ struct Raw {
   std::optional<yaml::Located> dns_per_sandbox, dns_per_name;  // issue 12's bounds
   bool allow_audit_only = false;
   std::vector<yaml::Located> limits;  // limits.* (issue 14), as written
+  std::vector<yaml::Located> flows;   // flows.* (issue 17), as written
   std::vector<yaml::Located> contained_roots;  // containedRoots (issue 14)
   std::optional<yaml::Located> metrics_address;
 };
@@ -190,6 +191,45 @@ SandboxLimits ResolveLimits(const Raw& raw, std::vector<std::string>& errors) {
   return out;
 }
 // ---- end limits ----
+
+// ---- flows: the tc flow table (issue 17) ----
+void ReadFlows(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
+  if (node.IsNull()) return;
+  auto entries =
+      w.Mapping(node, "flows", {"maxPerSandbox", "tcpIdleSeconds", "tcpTransitorySeconds", "udpIdleSeconds"}, "");
+  if (!entries) {
+    w.Error("flows", "must be a mapping (maxPerSandbox, tcpIdleSeconds, tcpTransitorySeconds, udpIdleSeconds)");
+    return;
+  }
+  for (const auto& [key, value_ptr] : *entries) {
+    if (value_ptr->IsNull()) continue;
+    const std::string path = yaml::Walker::Child("flows", key);
+    if (auto v = w.String(*value_ptr, path)) raw.flows.push_back(yaml::Located{path, *v});
+  }
+}
+
+FlowSettings ResolveFlows(const Raw& raw, std::vector<std::string>& errors) {
+  FlowSettings out;
+  for (const yaml::Located& v : raw.flows) {
+    const bool quota = v.path == "flows.maxPerSandbox";
+    // A quota past the map's capacity would let one sandbox fill it.
+    const uint32_t max = quota ? kFlowCapacity : kMaxFlowTimeoutSeconds;
+    const char* what = quota ? " (the node-wide flow map's capacity)" : " seconds";
+    uint32_t n = 0;
+    if (v.value.empty() || v.value[0] == '+' || v.value[0] == '-' || !absl::SimpleAtoi(v.value, &n) || n == 0 ||
+        n > max) {
+      AddLine(&errors, std::string(kOrigin) + " " + v.path + " " + net::Quote(v.value) +
+                           ": must be a whole number 1-" + std::to_string(max) + what);
+      continue;
+    }
+    (quota                                   ? out.max_per_sandbox
+     : v.path == "flows.tcpIdleSeconds"      ? out.tcp_idle_s
+     : v.path == "flows.tcpTransitorySeconds" ? out.tcp_transitory_s
+                                              : out.udp_idle_s) = n;
+  }
+  return out;
+}
+// ---- end flows ----
 void ReadMetrics(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
   if (node.IsNull()) return;
   auto entries = w.Mapping(node, "metrics", {"address"}, "");
@@ -249,7 +289,7 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
   auto top = w.Mapping(doc, "",
                        {"airgapped", "hostedEdge", "protected", "onDeny",
                         "platform", "sealedInstalls", "egressExtraAllow",
-                        "sandboxExtraEnv", "dns", "audit", "limits", "containedRoots", "metrics"},
+                        "sandboxExtraEnv", "dns", "audit", "limits", "flows", "containedRoots", "metrics"},
                        "");
   if (!top) {
     w.Error(file, "must be a mapping of settings");
@@ -283,6 +323,8 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
       ReadAudit(w, value, raw);
     } else if (key == "limits") {
       ReadLimits(w, value, raw);
+    } else if (key == "flows") {
+      ReadFlows(w, value, raw);
     } else if (key == "containedRoots") {
       if (!value.IsNull()) {
         if (auto v = w.Strings(value, key, false)) raw.contained_roots = *v;
@@ -459,6 +501,7 @@ absl::StatusOr<DeploymentConfig> ParseDeploymentConfig(
   d.protected_cidrs = ResolveFloor(*raw, errors);
   d.dns = ResolveDns(*raw, errors);
   d.limits = ResolveLimits(*raw, errors);
+  d.flows = ResolveFlows(*raw, errors);
 
   ReachContext ctx;
   ctx.protected_cidrs = &d.protected_cidrs;

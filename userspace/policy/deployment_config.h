@@ -33,6 +33,11 @@
 //     maxCidrEntriesPerSandbox: 4096   # IPv4 allow-trie entries after folding
 //     maxCidr6EntriesPerSandbox: 1024  # IPv6 allow-trie entries after folding
 //     maxNamesPerSandbox: 1024         # names + wildcard rules
+//   flows:                    # the tc flow table (issue 17; sandboxes behind a veth)
+//     maxPerSandbox: 4096          # flows a sandbox may hold; past it, judged per packet
+//     tcpIdleSeconds: 3600         # an answered TCP connection without packets
+//     tcpTransitorySeconds: 60     # TCP opening (no answer yet) or closing (a FIN)
+//     udpIdleSeconds: 120          # UDP and other protocols without packets
 //   containedRoots: [/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice]
 #ifndef EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
 #define EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
@@ -121,6 +126,28 @@ struct SandboxLimits {
 };
 // ---- end limits ----
 
+// ---- flows: the tc flow table (issue 17, docs/datapath.md "Flow state") ----
+// The same values as maps/egressd_abi.h's EGR_FLOW_DEFAULT_* and
+// EGR_MAX_FLOWS (policy/ knows no BPF header; tests/unit pins them equal):
+// 4096 flows a sandbox lets kSandboxesPerNode sandboxes hold their quotas in
+// the node-wide map; TCP idles an hour (a connection pool's keep-alive is
+// shorter), opening or closing a minute (a SYN unanswered, TIME_WAIT), UDP
+// two minutes (as conntrack's UDP stream).
+inline constexpr uint32_t kFlowCapacity = 1u << 20;
+inline constexpr uint32_t kDefaultFlowsPerSandbox = kFlowCapacity / kSandboxesPerNode;  // 4096
+inline constexpr uint32_t kDefaultTcpIdleSeconds = 3600;
+inline constexpr uint32_t kDefaultTcpTransitorySeconds = 60;
+inline constexpr uint32_t kDefaultUdpIdleSeconds = 120;
+inline constexpr uint32_t kMaxFlowTimeoutSeconds = 7 * 86400;
+struct FlowSettings {
+  uint32_t max_per_sandbox = kDefaultFlowsPerSandbox;
+  uint32_t tcp_idle_s = kDefaultTcpIdleSeconds;
+  uint32_t tcp_transitory_s = kDefaultTcpTransitorySeconds;
+  uint32_t udp_idle_s = kDefaultUdpIdleSeconds;
+  bool operator==(const FlowSettings&) const = default;
+};
+// ---- end flows ----
+
 struct DeploymentConfig {
   bool airgapped = false;
   DenyAction deny_action = DenyAction::kReject;
@@ -144,6 +171,9 @@ struct DeploymentConfig {
   bool allow_audit_only = false;
   // limits: the per-sandbox caps (control/sandbox_caps.h checks them).
   SandboxLimits limits;
+  // flows: the tc flow table's quota and timeouts, node-wide (written to
+  // egr_flowcfg_v1 by the daemon at start and by `sandbox add --config`).
+  FlowSettings flows;
   // containedRoots: cgroup v2 directories (absolute paths) the daemon marks
   // contained roots at start and on every reload, releasing the ones a
   // reload no longer names (docs/api.md, "Contained roots from the
