@@ -281,7 +281,7 @@ EGR_PIN_OFFSET(egr_flowcfg_val, udp_idle_s, 12);
 
 TEST(AbiLayout, FlowTableReasonsAndCountersAreAppended) {
   static_assert(EGR_REASON_FLOW == 24 && EGR_REASON_FLOW_UNTRACKED == 25);
-  static_assert(EGR_TC_STAT_FLOW_PASS == 5 && EGR_TC_STAT_FLOW_UNTRACKED == 6);
+  static_assert(EGR_TC_STAT_FLOW_PASS == 6 && EGR_TC_STAT_FLOW_UNTRACKED == 7);
   static_assert(EGR_TC_STAT_FLOW_UNTRACKED < EGR_TC_STAT_MAX, "egr_tcstats_v1 keeps its size");
   static_assert(EGR_FLOW_INBOUND == 1 && EGR_FLOW_REPLIED == 2 && EGR_FLOW_CLOSING == 4);
   static_assert(EGR_ABI_VERSION == 2, "new maps, not a layout change");
