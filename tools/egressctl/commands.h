@@ -1,7 +1,7 @@
 // egressctl's subcommands.  Each returns the process exit code: 0 success,
 // 1 a failure at run time, 2 bad input (nothing was changed), 3 the node
 // cannot contain the sandbox as asked (nothing was changed; retrying on this
-// node will not help).
+// node will not help), 5 a running daemon failed the request.
 #pragma once
 
 #include <functional>
@@ -17,6 +17,10 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
 constexpr int kExitNodeCannotContain = 3;
+// (4: the pinned state is of another version, policy_flags.cc.)
+// A daemon answers on the socket but fails the request (`status`): never
+// hidden by reading the maps instead.
+constexpr int kExitDaemonFailed = 5;
 
 // The policy inputs shared by run, sandbox add and policy check/compile.
 struct PolicyFlags {
@@ -62,7 +66,6 @@ int ReportContainment(const absl::Status& s);
 int CmdLoad(const Paths& paths);
 int CmdUnload(const Paths& paths, bool force);
 int CmdProbe(const Paths& paths);
-int CmdStatus(const Paths& paths, bool json);
 
 int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFlags& flags,
                   const SandboxFlags& sandbox);
@@ -125,6 +128,8 @@ struct ApiFlags {
 };
 int CmdSandboxApply(const Paths& paths, const ApiFlags& api, const std::string& id, const std::string& cgroup,
                     const PolicyFlags& flags, const SandboxFlags& sandbox);
+// Through the daemon when one answers on the socket, else from the maps.
+int CmdStatus(const Paths& paths, const ApiFlags& api);
 int CmdSandboxGet(const Paths& paths, const ApiFlags& api, const std::string& id);
 int CmdSandboxList(const Paths& paths, const ApiFlags& api);
 int CmdSandboxDelete(const Paths& paths, const ApiFlags& api, const std::string& id);

@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
   auto* probe = app.add_subcommand("probe", "Check what this kernel offers egressd");
   bool json = false;
   auto* status = app.add_subcommand("status", "Show sandboxes, policies and counters");
-  status->add_flag("--json", json, "Print JSON");
+  status->add_flag("--json", json, "Print JSON (as -o json)");
 
   std::vector<std::function<void()>> after_parse;
   auto* sandbox = app.add_subcommand("sandbox", "Register cgroups as sandboxes");
@@ -167,6 +167,8 @@ int main(int argc, char** argv) {
     cmd->add_option("--socket", api.socket, "The daemon's socket (default: EGRESSD_SOCKET, else <runtime dir>/egressd.sock)");
     cmd->add_option("-o,--output", api.output, "text (default) | json")->check(CLI::IsMember({"text", "json"}));
   };
+  // status asks the daemon when one answers (else reads the maps itself).
+  add_api(status);
   auto* apply = sandbox->add_subcommand("apply", "Register or flip a sandbox through the daemon (PUT /v1/sandboxes/ID)");
   apply->add_option("id", api_id, "The sandbox's id (a pod name or UID)")->required();
   apply->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
@@ -302,7 +304,10 @@ int main(int argc, char** argv) {
   if (*load) return cli::CmdLoad(paths);
   if (*unload) return cli::CmdUnload(paths, force);
   if (*probe) return cli::CmdProbe(paths);
-  if (*status) return cli::CmdStatus(paths, json);
+  if (*status) {
+    if (json) api.output = "json";  // --json: the older spelling of -o json
+    return cli::CmdStatus(paths, api);
+  }
   if (*dns_serve) return cli::CmdDnsServe(paths, dns_config, upstream_dns, upstream_timeout_ms, upstream_tries);
   if (*add) return cli::CmdSandboxAdd(paths, cgroup, add_flags, add_sandbox);
   if (*remove) return cli::CmdSandboxRemove(paths, cgroup);

@@ -28,8 +28,13 @@ absl::StatusOr<ClientResponse> Call(const std::string& socket_path, const std::s
   boost::system::error_code ec;
   sock.connect(asio::local::stream_protocol::endpoint(socket_path), ec);
   if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("no egressd answers at ", socket_path, " (", ec.message(), "): is the daemon running?"));
+    // No socket, or one nothing listens on: no daemon runs.  Anything else
+    // (EACCES, ...) is a daemon this caller cannot talk to, not its absence.
+    if (ec == boost::system::errc::no_such_file_or_directory || ec == boost::system::errc::connection_refused) {
+      return absl::UnavailableError(
+          absl::StrCat("no egressd answers at ", socket_path, " (", ec.message(), "): is the daemon running?"));
+    }
+    return absl::InternalError(absl::StrCat("connect to ", socket_path, ": ", ec.message()));
   }
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
   req.set(http::field::host, "egressd");
@@ -37,12 +42,12 @@ absl::StatusOr<ClientResponse> Call(const std::string& socket_path, const std::s
   req.body() = body;
   req.prepare_payload();
   http::write(sock, req, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("write to ", socket_path, ": ", ec.message()));
+  if (ec) return absl::InternalError(absl::StrCat("write to ", socket_path, ": ", ec.message()));
   beast::flat_buffer buf;
   http::response_parser<http::string_body> parser;
   parser.body_limit(64 << 20);
   http::read(sock, buf, parser, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("read from ", socket_path, ": ", ec.message()));
+  if (ec) return absl::InternalError(absl::StrCat("read from ", socket_path, ": ", ec.message()));
   ClientResponse r;
   r.status = static_cast<int>(parser.get().result_int());
   r.body = nlohmann::json::parse(parser.get().body(), nullptr, false);

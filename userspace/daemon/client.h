@@ -20,7 +20,9 @@ struct ClientResponse {
   nlohmann::json body;  // discarded when the answer was no JSON
 };
 
-// Unavailable when nothing listens at `socket_path` (no daemon runs).
+// Unavailable when nothing listens at `socket_path` (no socket, or a stale
+// one: no daemon runs); Internal when a daemon is there but the exchange
+// fails (connect refused otherwise, the write, the read).
 absl::StatusOr<ClientResponse> Call(const std::string& socket_path, const std::string& method,
                                     const std::string& target, const std::string& body = "");
 

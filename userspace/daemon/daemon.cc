@@ -23,9 +23,11 @@
 #include "userspace/common/cgroup_tree.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/instance_lock.h"
+#include "userspace/control/node_status.h"
 #include "userspace/control/reconcile.h"
 #include "userspace/control/registry.h"
 #include "userspace/daemon/pod_cgroup.h"
+#include "userspace/dns/learner.h"
 #include "userspace/policy/compiled_policy_json.h"
 #include "userspace/policy/yaml_walk.h"
 
@@ -167,7 +169,15 @@ Response Daemon::Handle(const Request& request, const Peer&) {
   const std::string& m = request.method;
   if (target == "/healthz") return m == "GET" ? Response{200, {{"ok", true}}} : ErrorResponse(405, "method", "GET only");
   if (target == "/readyz") return m == "GET" ? Ready() : ErrorResponse(405, "method", "GET only");
-  if (target == "/v1/status") return m == "GET" ? Status() : ErrorResponse(405, "method", "GET only");
+  if (target == "/v1/status") {
+    if (m != "GET") return ErrorResponse(405, "method", "GET only");
+    // ?node=1 adds the maps' view (egressctl status); without it the answer
+    // stays cheap for an orchestrator that polls `enforcing`.
+    const std::string query = request.target.substr(target.size());
+    if (query.empty() || query == "?node=1") return Status(!query.empty());
+    return FromStatus(absl::InvalidArgumentError(
+        absl::StrCat("/v1/status: unknown query \"", query.substr(1), "\" (only node=1)")));
+  }
   if (target == "/v1/config:reload") return m == "POST" ? Reload("api") : ErrorResponse(405, "method", "POST only");
   if (target == "/v1/audit") return m == "GET" ? audit_route_->Get(request.target) : ErrorResponse(405, "method", "GET only");
   if (target == "/v1/sandboxes" || target == "/v1/sandboxes/") {
@@ -186,7 +196,7 @@ Response Daemon::Handle(const Request& request, const Peer&) {
   return ErrorResponse(404, "not_found", absl::StrCat("no such resource: ", target));
 }
 
-Response Daemon::Status() {
+Response Daemon::Status(bool node_view) {
   nlohmann::json j;
   const bool loaded = IsLoaded(options_.paths);
   const absl::Status containment = RequireSocketContainment(options_.paths);
@@ -208,6 +218,18 @@ Response Daemon::Status() {
   j["capacity"] = NodeCapacityJson();
   j["contained_roots"] = ContainedRootsJson();
   j.update(ExtrasStatus());
+  // What `egressctl status` shows without a daemon (control/node_status.h:
+  // cgroups, policies, records, consistency, counters, learned addresses),
+  // under the same keys, so asking the daemon loses nothing.  The daemon's
+  // own keys above win where both have one (socket_containment, pin_root).
+  if (!node_view) return Response{200, std::move(j)};
+  if (!maps_) return ErrorResponse(503, "maps", "the pinned maps are not open");
+  const uint64_t window_ns = uint64_t{dns::LifetimeOf(deployment_.dns).grace_s} * 1'000'000'000ull;
+  auto node = control::NodeStatusJson(options_.paths, *maps_, window_ns);
+  if (!node.ok()) return FromStatus(node.status());
+  for (auto& [key, value] : node->items()) {
+    if (!j.contains(key)) j[key] = std::move(value);
+  }
   return Response{200, std::move(j)};
 }
 

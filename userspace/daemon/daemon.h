@@ -115,7 +115,8 @@ class Daemon {
   Response Get(const std::string& id);
   Response List();
   Response Delete(const std::string& id);
-  Response Status();
+  // node_view: also the maps-only status's keys (control/node_status.h).
+  Response Status(bool node_view);
   Response Ready();
   // The record of the sandbox registered under `id`, if any.
   absl::StatusOr<std::optional<control::SandboxRecord>> Find(const std::string& id);
