@@ -3,6 +3,9 @@
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -147,7 +150,8 @@ absl::StatusOr<std::vector<DnsEndpointEntry>> DnsEndpoints::List() const {
 
 absl::Status DnsEndpoints::RemoveOrphanGuards() {
   for (const auto& [k, owner] : AllEntries<egr_dnsep_key, egr_dnsep_val>(dnsep_.get())) {
-    if (owner.sandbox_id == 0) continue;  // egressd's own (SetOwnGuards)
+    // egressd's own (SetOwnGuards, the upstream sockets'): no forward entry.
+    if (owner.sandbox_id == 0 || owner.sandbox_id == kUpstreamGuardOwner) continue;
     EGR_ASSIGN_OR_RETURN(std::optional<DnsEndpoint> ep, Get(owner.sandbox_id));
     bool named = false;
     if (ep) {
@@ -195,6 +199,83 @@ absl::StatusOr<std::vector<std::pair<net::IpAddr, uint16_t>>> DnsEndpoints::OwnG
     out.emplace_back(net::IpAddr::V6(b), ntohs(k.port));
   }
   return out;
+}
+
+absl::Status DnsEndpoints::AddUpstreamGuard(const net::IpAddr& addr, uint16_t port) {
+  const egr_dnsep_key k = KeyOf(addr, port);
+  const egr_dnsep_val owner{.sandbox_id = kUpstreamGuardOwner};
+  if (bpf_map_update_elem(dnsep_.get(), &k, &owner, BPF_NOEXIST) == 0) return absl::OkStatus();
+  if (errno == EEXIST) {
+    egr_dnsep_val held{};
+    const uint64_t by = bpf_map_lookup_elem(dnsep_.get(), &k, &held) == 0 ? held.sandbox_id : 0;
+    return absl::AlreadyExistsError(absl::StrCat(Describe(k), " is guarded already (owner ", by, ") in ", EGR_MAP_DNSEP));
+  }
+  return ErrnoStatus(errno, absl::StrCat("write the upstream socket's guard ", Describe(k), " to ", EGR_MAP_DNSEP));
+}
+
+absl::Status DnsEndpoints::RemoveUpstreamGuard(const net::IpAddr& addr, uint16_t port) {
+  const egr_dnsep_key k = KeyOf(addr, port);
+  egr_dnsep_val owner{};
+  if (bpf_map_lookup_elem(dnsep_.get(), &k, &owner) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return ErrnoStatus(errno, absl::StrCat("lookup ", Describe(k), " in ", EGR_MAP_DNSEP));
+  }
+  if (owner.sandbox_id != kUpstreamGuardOwner) return absl::OkStatus();
+  if (bpf_map_delete_elem(dnsep_.get(), &k) != 0 && errno != ENOENT) {
+    return ErrnoStatus(errno, absl::StrCat("remove the upstream socket's guard ", Describe(k), " from ", EGR_MAP_DNSEP));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<net::IpAddr, uint16_t>>> DnsEndpoints::UpstreamGuards() const {
+  std::vector<std::pair<net::IpAddr, uint16_t>> out;
+  for (const auto& [k, owner] : AllEntries<egr_dnsep_key, egr_dnsep_val>(dnsep_.get())) {
+    if (owner.sandbox_id != kUpstreamGuardOwner) continue;
+    std::array<uint8_t, 16> b;
+    std::memcpy(b.data(), k.addr, 16);
+    out.emplace_back(net::IpAddr::V6(b), ntohs(k.port));
+  }
+  return out;
+}
+
+namespace {
+
+// Whether some socket holds addr:port in `type` (a bind there is EADDRINUSE).
+bool PortHeld(const net::IpAddr& addr, uint16_t port, int type) {
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (addr.is_v4()) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    std::memcpy(&a->sin_addr, addr.bytes().data(), 4);
+    len = sizeof(*a);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    std::memcpy(&a->sin6_addr, addr.bytes().data(), 16);
+    len = sizeof(*a);
+  }
+  UniqueFd fd(socket(ss.ss_family, type | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return true;  // cannot tell: kept
+  const int one = 1;
+  // The address may be gone from the node (a socket bound to it may live).
+  setsockopt(fd.get(), SOL_IP, IP_FREEBIND, &one, sizeof(one));
+  return bind(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0 && errno == EADDRINUSE;
+}
+
+}  // namespace
+
+absl::StatusOr<int> DnsEndpoints::RemoveStaleUpstreamGuards() {
+  EGR_ASSIGN_OR_RETURN(auto guards, UpstreamGuards());
+  int removed = 0;
+  for (const auto& [addr, port] : guards) {
+    if (PortHeld(addr, port, SOCK_DGRAM) || PortHeld(addr, port, SOCK_STREAM)) continue;
+    EGR_RETURN_IF_ERROR(RemoveUpstreamGuard(addr, port));
+    ++removed;
+  }
+  return removed;
 }
 
 }  // namespace egressd::maps

@@ -17,6 +17,14 @@ namespace egressd::maps {
 // One endpoint (userspace/net/dns_endpoint.h).
 using DnsEndpoint = net::DnsEndpoint;
 
+// The owner of the upstream sockets' guards in egr_dnsep_v1.  No cgroup has
+// this id (a cgroup id's low 32 bits are its kernfs inode number, never 0),
+// so every sandbox is refused there as at id 0; it is kept apart from id 0 so
+// that SetOwnGuards, which makes the listeners' set exact at each start,
+// never removes the guard of a live upstream socket (this daemon's, or the
+// one it takes over from).
+inline constexpr uint64_t kUpstreamGuardOwner = uint64_t{1} << 32;
+
 struct DnsEndpointEntry {
   uint64_t sandbox_id;
   DnsEndpoint endpoint;
@@ -52,6 +60,21 @@ class DnsEndpoints {
   // removed after.  AlreadyExists when a sandbox's endpoint is there.
   absl::Status SetOwnGuards(const std::vector<std::pair<net::IpAddr, uint16_t>>& own);
   absl::StatusOr<std::vector<std::pair<net::IpAddr, uint16_t>>> OwnGuards() const;
+
+  // The DNS proxy's upstream sockets (userspace/dns/upstream_socket.h): one
+  // guard per socket, owned by kUpstreamGuardOwner, written after its bind
+  // and before its connect, removed after its close.  AlreadyExists when any
+  // entry is at that address and port (BPF_NOEXIST: two sockets never share
+  // a guard, so a close never unguards another's port).
+  absl::Status AddUpstreamGuard(const net::IpAddr& addr, uint16_t port);
+  // Only an upstream guard is removed; absent is fine.
+  absl::Status RemoveUpstreamGuard(const net::IpAddr& addr, uint16_t port);
+  // Upstream guards no socket holds any more (a proxy killed before its
+  // closes): neither a UDP nor a TCP socket can be bound at that address and
+  // port without EADDRINUSE.  A live one (another daemon's, during a
+  // hand-over) stays.  Returns how many were removed.
+  absl::StatusOr<int> RemoveStaleUpstreamGuards();
+  absl::StatusOr<std::vector<std::pair<net::IpAddr, uint16_t>>> UpstreamGuards() const;
 
  private:
   UniqueFd dns_, dnsep_;

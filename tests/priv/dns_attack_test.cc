@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -31,6 +32,7 @@
 #include "dns_sandboxes.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
+#include "maps/dns_endpoints.h"
 #include "maps/egressd_abi.h"
 #include "maps/resolved_table.h"
 #include "userspace/net/ip.h"
@@ -442,11 +444,15 @@ TEST_F(DnsAttack, NoSoMarkValueFromAnySandboxGainsAnything) {
 // not the node (it delivers to its own addresses from any interface; the
 // lab's rp_filter is off, and a loose one passes too), and not c-ares'
 // matching alone (a 16-bit ID and the question, both sprayed or known):
-// before the fix the forged address was answered and learned.  The proxy's
-// upstream sockets are bound to the interface their upstream is routed over
-// (userspace/dns/upstream_socket.h), so the kernel matches no socket for a
-// packet that came in on a pod's veth (UDP NoPorts).  docs/dns.md, "Forged
-// answers".
+// before the fix the forged address was answered and learned.  Two guards
+// now (userspace/dns/upstream_socket.h): the socket's address and port in
+// egr_dnsep_v1, owned by no sandbox, so the attacker's own egress hook drops
+// every forgery (dns_deny; nothing reaches the node), and, shown with that
+// entry removed for one spray, the socket's binding to the interface its
+// upstream is routed over (the kernel matches no socket for a packet that
+// came in on a pod's veth: UDP NoPorts).  A sandbox whose packets arrive on
+// the upstream's own interface is dns_upstream_guard_test's.  docs/dns.md,
+// "Forged answers".
 TEST_F(DnsAttack, AnswersForgedAtTheProxysUpstreamSocketAreNeverLearned) {
   RunSpec hs{.argv = {lab::BinaryPath("egr-dns-attack"), "hold-server", kSlowUpstream, "53", Name("slow"),
                       kRealAnswer}};
@@ -487,15 +493,47 @@ TEST_F(DnsAttack, AnswersForgedAtTheProxysUpstreamSocketAreNeverLearned) {
   NodeCounter sprayed(Table(), "input",
                       absl::StrCat("ip saddr ", kSlowUpstream, " ip daddr ", from, " udp sport 53 udp dport ", port,
                                    " iifname \"", lab().pod(1).node_ifname, "\""));
+  uint32_t p_ = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(port, &p_) && p_ <= 65535) << port;
+  const uint16_t p = static_cast<uint16_t>(p_);
+  auto eps = maps::DnsEndpoints::Open(Shared().pin_root());
+  ASSERT_TRUE(eps.ok()) << eps.status();
+  const auto addr = net::IpAddr::Parse(from);
+  ASSERT_TRUE(addr.ok()) << from;
+  auto guards = eps->UpstreamGuards();
+  ASSERT_TRUE(guards.ok()) << guards.status();
+  ASSERT_NE(std::find(guards->begin(), guards->end(), std::make_pair(*addr, p)), guards->end())
+      << "the asking socket's address and port are guarded in " << EGR_MAP_DNSEP;
+
+  // a. The guard's entry removed: the spray leaves the attacker's pod and
+  // arrives at the node, where the socket's interface binding is all that
+  // keeps it out (UDP NoPorts).
+  ASSERT_TRUE(eps->RemoveUpstreamGuard(*addr, p).ok());
   const uint64_t noports_before = NodeUdpCounter("NoPorts");
   auto forged = Attack(attacker, {"forge", kSlowUpstream, "53", from, port, Name("slow"), kForged}, /*pod=*/1);
+  ASSERT_TRUE(eps->AddUpstreamGuard(*addr, p).ok()) << "the guard restored";
   ASSERT_EQ(forged.size(), 1u) << last_;
   EXPECT_ATTEMPTED(forged[0], last_);
   EXPECT_EQ(forged[0]["sent"], "65536") << last_;
-  // Every forgery left the attacker's pod and arrived at the node.
   EXPECT_TRUE(Lab::WaitFor([&] { return sprayed.Packets() >= 65536; }))
       << "the spray did not reach the node: " << sprayed.Packets() << " packets";
-  const uint64_t noports_after = NodeUdpCounter("NoPorts");
+  EXPECT_GE(NodeUdpCounter("NoPorts") - noports_before, 65536u) << "forged datagrams were delivered to a socket";
+
+  // b. With the guard: every forgery dropped in the attacker's own cgroup
+  // egress hook (dns_deny), nothing more at the node.
+  const uint64_t at_node = sprayed.Packets();
+  const uint64_t denied = Counter("dns_deny");
+  auto guarded = Attack(attacker, {"forge", kSlowUpstream, "53", from, port, Name("slow"), kForged}, /*pod=*/1);
+  ASSERT_EQ(guarded.size(), 1u) << last_;
+  EXPECT_ATTEMPTED(guarded[0], last_);
+  // Refused at each send: the backstop dropped it in the sender's cgroup
+  // egress hook, which a raw socket's send reports as EPERM.
+  EXPECT_EQ(guarded[0]["tried"], "65536") << last_;
+  EXPECT_EQ(guarded[0]["sent"], "0") << last_;
+  EXPECT_EQ(guarded[0]["send_errno"], "EPERM") << last_;
+  EXPECT_GE(Counter("dns_deny") - denied, 65536u) << "each forgery refused by the upstream socket's guard";
+  ASSERT_TRUE(lab().Drain().ok());
+  EXPECT_EQ(sprayed.Packets(), at_node) << "a guarded forgery reached the node";
 
   ASSERT_EQ(kill(hold->pid(), SIGUSR1), 0);
   RunResult answer = dig->Wait(window + 20s);
@@ -504,9 +542,6 @@ TEST_F(DnsAttack, AnswersForgedAtTheProxysUpstreamSocketAreNeverLearned) {
   EXPECT_FALSE(Learned(victim, kForged)) << "a forged answer was learned";
   EXPECT_TRUE(Learned(victim, kRealAnswer)) << "positive control: the real answer was learned";
   EXPECT_EQ(Errno(Connect(victim, kForged)), "EPERM");
-  // No socket took the forgeries: the proxy's upstream socket only hears the
-  // interface its upstream is reached over (userspace/dns/upstream.cc).
-  EXPECT_GE(noports_after - noports_before, 65536u) << "forged datagrams were delivered to a socket";
 }
 
 // 6. Load: rounds of "resolve a unique allowed name through the proxy with

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "userspace/common/errors.h"
+#include "userspace/daemon/upstream_guard.h"
 #include "userspace/dns/self_test.h"
 
 namespace egressd::daemon {
@@ -31,6 +32,11 @@ void DnsHostOptions::SetFrom(const policy::DnsSettings& settings) {
 absl::StatusOr<std::unique_ptr<DnsHost>> DnsHost::Create(asio::io_context& io, const Paths& paths,
                                                          const maps::PinnedMaps& maps, DnsHostOptions options) {
   std::unique_ptr<DnsHost> h(new DnsHost(io));
+  // Every upstream socket guarded in the kernel from every sandbox before
+  // it connects (upstream_guard.h); without the guard no upstream is asked.
+  if (!options.upstream.guard) {
+    EGR_ASSIGN_OR_RETURN(options.upstream.guard, KernelUpstreamGuard::Open(paths.pin_root));
+  }
   EGR_ASSIGN_OR_RETURN(h->upstream_, dns::Upstream::Create(io, options.upstream));
   h->table_ = std::make_unique<maps::ResolvedTable>(maps, uint64_t{options.lifetime.grace_s} * 1'000'000'000ull);
   if (options.audit) {

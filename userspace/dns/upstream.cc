@@ -97,6 +97,8 @@ struct Upstream::Channel : std::enable_shared_from_this<Upstream::Channel> {
   bool armed = false;  // a wait is pending on `timer`, due at armed_due
   std::chrono::steady_clock::time_point armed_due;
   std::map<int, std::shared_ptr<Watch>> watches;
+  std::shared_ptr<UpstreamGuard> guard;  // kept alive while c-ares may close a socket
+  GuardedSockets guarded;                // the socket functions' user data
 
   static void SockState(void* data, ares_socket_t fd, int readable, int writable) {
     auto* c = static_cast<Channel*>(data);
@@ -208,9 +210,16 @@ absl::StatusOr<std::unique_ptr<Upstream>> Upstream::Create(asio::io_context& io,
     o.sock_state_cb_data = c.get();
     int rc = ares_init_options(&c->ch, &o, mask);
     if (rc != ARES_SUCCESS) return absl::InternalError(absl::StrCat("c-ares channel: ", ares_strerror(rc)));
-    // Answers forged by a sandbox arrive on its pod's veth: a socket bound
-    // to the upstream's route hears none of them (upstream_socket.h).
-    ares_set_socket_functions(c->ch, InterfaceBoundSocketFunctions(), nullptr);
+    // Answers forged by a sandbox: refused in its own cgroup's hooks by the
+    // guard on the socket's address and port, and unheard by a socket bound
+    // to the upstream's route anyway (upstream_socket.h).
+    if (opts.guard) {
+      c->guard = opts.guard;
+      c->guarded.guard = c->guard.get();
+      ares_set_socket_functions(c->ch, GuardedSocketFunctions(), &c->guarded);
+    } else {
+      ares_set_socket_functions(c->ch, InterfaceBoundSocketFunctions(), nullptr);
+    }
     rc = ares_set_servers_ports_csv(c->ch, servers.c_str());
     if (rc != ARES_SUCCESS) {
       c->Destroy();

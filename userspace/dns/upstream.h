@@ -31,6 +31,8 @@ struct UpstreamServer {
 // "IP", "IP:PORT", "[IPv6]" or "[IPv6]:PORT"; InvalidArgument names the text.
 absl::StatusOr<UpstreamServer> ParseUpstreamServer(std::string_view text);
 
+class UpstreamGuard;  // upstream_socket.h
+
 struct UpstreamOptions {
   std::vector<UpstreamServer> servers;
   int timeout_ms = 2000;  // per try; c-ares doubles it per round
@@ -39,6 +41,11 @@ struct UpstreamOptions {
   // queries a packet filter exempts by mark (bench/'s nftables incumbent);
   // egressd's proxy needs none: its cgroup is no sandbox.
   uint32_t socket_mark = 0;
+  // Where each upstream socket can be reached, written before it connects
+  // and removed after it closes (upstream_socket.h: the daemon's kernel
+  // guard).  Null: the sockets are only bound to their route's interface
+  // (the benchmarks' forwarders, which run beside no sandbox).
+  std::shared_ptr<UpstreamGuard> guard;
 };
 
 class Upstream {

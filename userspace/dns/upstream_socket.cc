@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <array>
 #include <cstring>
+#include <string>
 
 #include <spdlog/spdlog.h>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "userspace/common/unique_fd.h"
 
@@ -89,6 +92,106 @@ int Connect(ares_socket_t fd, const sockaddr* addr, ares_socklen_t len, void*) {
   return connect(fd, addr, len);
 }
 
+constexpr int kLoopbackIfindex = 1;  // `lo` in every netns
+
+bool IsLoopback(const sockaddr* a) {
+  if (a->sa_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr) >> 24) == 127;
+  }
+  const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+}
+
+// The source address the kernel would give a socket bound to `ifindex` for
+// `dst` (port 0): a UDP socket's connect() picks it and sends nothing.
+absl::Status RouteSource(const sockaddr* dst, socklen_t len, int ifindex, sockaddr_storage* src, socklen_t* slen) {
+  UniqueFd probe(socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!probe.valid()) return absl::InternalError(absl::StrCat("source lookup: socket: ", std::strerror(errno)));
+  if ((ifindex != 0 && setsockopt(probe.get(), SOL_SOCKET, SO_BINDTOIFINDEX, &ifindex, sizeof(ifindex)) != 0) ||
+      connect(probe.get(), dst, len) != 0) {
+    return absl::UnavailableError(absl::StrCat("source lookup: ", std::strerror(errno)));
+  }
+  *slen = sizeof(*src);
+  if (getsockname(probe.get(), reinterpret_cast<sockaddr*>(src), slen) != 0) {
+    return absl::InternalError(absl::StrCat("source lookup: getsockname: ", std::strerror(errno)));
+  }
+  if (src->ss_family == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(src)->sin6_port = 0;
+  } else {
+    reinterpret_cast<sockaddr_in*>(src)->sin_port = 0;
+  }
+  return absl::OkStatus();
+}
+
+// The address and port of a bound socket's name.
+std::pair<net::IpAddr, uint16_t> AddrOf(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    std::array<uint8_t, 16> b;
+    std::memcpy(b.data(), &a->sin6_addr, 16);
+    return {net::IpAddr::V6(b), ntohs(a->sin6_port)};
+  }
+  const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+  std::array<uint8_t, 4> b;
+  std::memcpy(b.data(), &a->sin_addr, 4);
+  return {net::IpAddr::V4(b), ntohs(a->sin_port)};
+}
+
+int GuardedConnect(ares_socket_t fd, const sockaddr* addr, ares_socklen_t len, void* data) {
+  auto* g = static_cast<GuardedSockets*>(data);
+  auto fail = [](int e, const std::string& why) {
+    spdlog::warn("dns: upstream socket not connected: {}", why);
+    errno = e;
+    return -1;
+  };
+  auto ifindex = RouteOutputInterface(addr, len);
+  if (!ifindex.ok()) return fail(ENETUNREACH, ifindex.status().ToString());
+  // An upstream on one of the node's own addresses other than loopback is
+  // routed over `lo`, but its answers are matched against the device that
+  // holds the address, never `lo`: a socket bound to `lo` hears none of them
+  // (dns_upstream_guard_test found it).  Such a socket is bound to no device;
+  // the kernel guard below is what keeps sandboxes out of it.
+  const int index = *ifindex == kLoopbackIfindex && !IsLoopback(addr) ? 0 : *ifindex;
+  if (index != 0 && setsockopt(fd, SOL_SOCKET, SO_BINDTOIFINDEX, &index, sizeof(index)) != 0) {
+    const int e = errno;
+    return fail(e, absl::StrCat("binding to interface ", index, ": ", std::strerror(e)));
+  }
+  // Bound to one address, the socket hears that address only: the guard
+  // below names everything it can be reached on.
+  sockaddr_storage local{};
+  socklen_t llen = 0;
+  if (absl::Status s = RouteSource(addr, len, index, &local, &llen); !s.ok()) return fail(ENETUNREACH, s.ToString());
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&local), llen) != 0) {
+    const int e = errno;
+    return fail(e, absl::StrCat("bind to ", AddrOf(local).first.ToString(), ": ", std::strerror(e)));
+  }
+  sockaddr_storage bound{};
+  socklen_t blen = sizeof(bound);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &blen) != 0) {
+    const int e = errno;
+    return fail(e, absl::StrCat("getsockname: ", std::strerror(e)));
+  }
+  const auto [src, port] = AddrOf(bound);
+  // The guard before the first packet (a TCP SYN leaves at connect()).
+  if (absl::Status s = g->guard->Add(src, port); !s.ok()) {
+    return fail(absl::IsAlreadyExists(s) ? EADDRINUSE : EPERM,
+                absl::StrCat("guard for ", src.ToString(), " port ", port, ": ", s.ToString()));
+  }
+  g->held[fd] = {src, port};
+  return connect(fd, addr, len);
+}
+
+// Closed first, unguarded after: a guard outlives its socket.
+int GuardedClose(ares_socket_t fd, void* data) {
+  auto* g = static_cast<GuardedSockets*>(data);
+  const int rc = close(fd);
+  if (auto it = g->held.find(fd); it != g->held.end()) {
+    g->guard->Remove(it->second.first, it->second.second);
+    g->held.erase(it);
+  }
+  return rc;
+}
+
 ares_ssize_t RecvFrom(ares_socket_t fd, void* buf, size_t len, int flags, sockaddr* from, ares_socklen_t* fromlen,
                       void*) {
   return recvfrom(fd, buf, len, flags, from, fromlen);
@@ -97,9 +200,11 @@ ares_ssize_t RecvFrom(ares_socket_t fd, void* buf, size_t len, int flags, sockad
 ares_ssize_t SendV(ares_socket_t fd, const iovec* iov, int iovcnt, void*) { return writev(fd, iov, iovcnt); }
 
 const ares_socket_functions kFunctions = {&Socket, &Close, &Connect, &RecvFrom, &SendV};
+const ares_socket_functions kGuarded = {&Socket, &GuardedClose, &GuardedConnect, &RecvFrom, &SendV};
 
 }  // namespace
 
 const ares_socket_functions* InterfaceBoundSocketFunctions() { return &kFunctions; }
+const ares_socket_functions* GuardedSocketFunctions() { return &kGuarded; }
 
 }  // namespace egressd::dns
