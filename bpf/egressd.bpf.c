@@ -17,6 +17,10 @@
 #include "lib/audit.h"
 #include "lib/audit_mode.h"
 #include "lib/tc_veth.h"
+#include "lib/tc_reject.h"
+#include "lib/tc_audit.h"
+/* A flow the table cannot hold is judged per packet and audited as such. */
+#define EGR_TC_FLOW_AUDIT_UNTRACKED(skb, sb, d) ((void)egr_tc_audit(skb, sb, d))
 #include "lib/tc_flow.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -190,9 +194,11 @@ int egr_sock_release(struct bpf_sock *sk)
 }
 
 /* tc clsact ingress of a sandbox's host-side veth (the pod's egress; issue
- * 17): TC_ACT_OK passes, TC_ACT_SHOT drops.  An interface with no sandbox
- * entry passes (the program is attached only to registered interfaces, and
- * their entry is written before the attach and removed after the detach). */
+ * 17): TC_ACT_OK passes, TC_ACT_SHOT drops, TC_ACT_REDIRECT sends the skb,
+ * rewritten into a denial's answer (lib/tc_reject.h), back out of the same
+ * interface into the pod.  An interface with no sandbox entry passes (the
+ * program is attached only to registered interfaces, and their entry is
+ * written before the attach and removed after the detach). */
 #define EGR_TC_ACT_OK 0
 #define EGR_TC_ACT_SHOT 2
 
@@ -207,6 +213,8 @@ int egr_tc_ingress(struct __sk_buff *skb)
 		return EGR_TC_ACT_OK;
 	d = egr_tc_judge(skb, sb, &p);
 	d = egr_tc_flow_out(skb, sb, &p, d);
+	if (!egr_tc_audit(skb, sb, d))
+		d = egr_tc_audit_strict(d);
 	if (egr_lets_through(d)) {
 		egr_tc_count(d.reason == EGR_REASON_LINK_LOCAL ? EGR_TC_STAT_LINK_LOCAL
 			     : d.reason == EGR_REASON_FLOW     ? EGR_TC_STAT_FLOW_PASS
@@ -216,6 +224,8 @@ int egr_tc_ingress(struct __sk_buff *skb)
 	egr_tc_count(d.reason == EGR_REASON_FRAME     ? EGR_TC_STAT_FRAME_DROP
 		     : d.reason == EGR_REASON_SPOOFED ? EGR_TC_STAT_SPOOFED
 						      : EGR_TC_STAT_DROP);
+	if (d.action == EGR_DENY_REJECT && egr_tc_reject(skb, sb) == EGR_TC_REJECTED_SENT)
+		return bpf_redirect(skb->ifindex, 0);
 	return EGR_TC_ACT_SHOT;
 }
 

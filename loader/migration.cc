@@ -8,6 +8,7 @@ const std::vector<const Migration*>& Migrations() {
       &kMigrateStatsV2,
       &kMigrateStatsV1,
       &kMigrateSockV1,
+      &kMigrateTcStatsV1,
   };
   return all;
 }

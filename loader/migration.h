@@ -41,5 +41,6 @@ extern const Migration kMigrateResolvedV1;
 extern const Migration kMigrateStatsV2;
 extern const Migration kMigrateStatsV1;
 extern const Migration kMigrateSockV1;
+extern const Migration kMigrateTcStatsV1;
 
 }  // namespace egressd

@@ -340,6 +340,9 @@ enum egr_event_kind {
 	EGR_EVENT_CONNECT = 1,  /* a connect() judged */
 	EGR_EVENT_SEND = 2,     /* an unconnected send judged */
 	EGR_EVENT_BACKSTOP = 3, /* a packet the backstop dropped */
+	EGR_EVENT_TC = 4,       /* a packet judged at a sandbox's veth (issue 17):
+				 * every denial and would-deny, and a strict
+				 * sandbox's passes; key.ifindex names the veth */
 	/* 16 and above are user-space sources (the DNS proxy's queries,
 	 * lifecycle); they never travel on the ring. */
 	EGR_EVENT_USER_FIRST = 16,
@@ -376,7 +379,10 @@ struct egr_event_key {
 	__u8 protocol;     /* IPPROTO_* */
 	__u8 pad0;
 	__u32 epoch;       /* egr_auditctl_v1's epoch when it happened */
-	__u32 pad1;
+	/* EGR_EVENT_TC: the host-side interface (node netns ifindex) the packet
+	 * came in on; 0 for every other kind.  Was pad1, always written 0, so
+	 * the layout is kept and an older record reads as "no interface". */
+	__u32 ifindex;
 };
 
 /* Who did it (the first occurrence of a folded key). */
@@ -470,8 +476,9 @@ enum egr_stat {
 #define EGR_MAP_IFSANDBOX "egr_ifsbox_v1"
 #define EGR_MAX_IFSANDBOXES EGR_MAX_CGROUPS
 
-/* ---- egr_tcstats_v1 (per-CPU array): the tc program's counters ----
- * Its own map: egr_stats_v3's size is fixed by its pinned max_entries. */
+/* ---- egr_tcstats_v2 (per-CPU array): the tc program's counters ----
+ * v2: 16 slots (v1 had 8, of which 5 were used; loader/migrations/
+ * tcstats_v1.cc carries them).  Its own map: egr_stats_v3's size is fixed by its pinned max_entries. */
 enum egr_tc_stat {
 	EGR_TC_STAT_PASS = 0,     /* a frame of a registered interface passed */
 	EGR_TC_STAT_DROP,         /* dropped by the policy (or malformed) */
@@ -482,9 +489,27 @@ enum egr_tc_stat {
 				    * the pod that no steered query explains: dropped */
 	EGR_TC_STAT_FLOW_PASS,    /* passed by egr_tcflow_v1 where the policy alone refuses */
 	EGR_TC_STAT_FLOW_UNTRACKED, /* a flow not tracked (quota or map full): per packet */
-	EGR_TC_STAT_MAX = 8,      /* room to append without a new map */
+	/* onDeny reject (bpf/lib/tc_reject.h); each is also a DROP above: */
+	EGR_TC_STAT_REJECT_RST,   /* a denied TCP segment answered with a RST */
+	EGR_TC_STAT_REJECT_ICMP,  /* another denied packet answered with ICMP(v6) */
+	EGR_TC_STAT_REJECT_LIMITED, /* no answer: past the sandbox's reply bucket */
+	EGR_TC_STAT_MAX = 16,     /* the map's size: room to append without a new map */
 };
-#define EGR_MAP_TCSTATS "egr_tcstats_v1"
+#define EGR_MAP_TCSTATS "egr_tcstats_v2"
+
+/* ---- egr_tcrej_v1 (LRU hash): sandbox id -> its reply bucket ----
+ * onDeny reject at tc answers denied packets (a RST, ICMP admin-prohibited)
+ * at most EGR_TC_REJECT_BURST at once and EGR_TC_REJECT_RATE_PER_S on
+ * average per sandbox (a GCRA, struct egr_budget_val as the audit budget's);
+ * past it the packet is dropped unanswered (EGR_TC_STAT_REJECT_LIMITED), so a
+ * flood of denied packets never becomes a flood of replies.  LRU: a gone
+ * sandbox's bucket ages out, and a recreated one starts full. */
+#define EGR_MAP_TCREJECT "egr_tcrej_v1"
+#define EGR_TC_REJECT_BURST 20
+#define EGR_TC_REJECT_RATE_PER_S 100
+/* Bytes of a denied packet an ICMP(v6) error quotes, from its IP header on
+ * (fewer when the packet is shorter); a multiple of 4. */
+#define EGR_TC_REJECT_QUOTE 128
 
 /* ---- egr_ifpod_v1, egr_ifaddr_v1: who the pod behind an interface is ----
  * Anti-spoofing at the veth: when an interface has an egr_ifpod_v1 entry,

@@ -43,7 +43,7 @@ class IfSandboxTable {
   UniqueFd fd_, pod_fd_, addr_fd_, dns_fd_;
 };
 
-// The tc program's counters (egr_tcstats_v1), summed over CPUs.
+// The tc program's counters (egr_tcstats_v2), summed over CPUs.
 absl::StatusOr<std::vector<uint64_t>> ReadTcStats(const std::string& pin_root);
 
 }  // namespace egressd::maps

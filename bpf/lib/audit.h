@@ -408,14 +408,15 @@ static __always_inline int egr_audit_sock_addr(struct bpf_sock_addr *ctx,
 /* The destination of a dropped packet, from its fixed header only (the judge
  * walked the extension headers; a record needs the address, the protocol the
  * header names and the port when it is right behind). */
-static __always_inline void egr_audit_skb_dst(struct __sk_buff *skb, struct egr_event_key *k)
+static __always_inline void egr_audit_skb_dst(struct __sk_buff *skb, __u32 l3_off,
+					      struct egr_event_key *k)
 {
 	__u8 hdr[40];
 	__u32 l4 = 0;
 	__u16 port;
 
 	if (skb->protocol == bpf_htons(EGR_ETH_P_IP)) {
-		if (bpf_skb_load_bytes(skb, 0, hdr, 20))
+		if (bpf_skb_load_bytes(skb, l3_off, hdr, 20))
 			return;
 		k->family = EGR_AF_INET;
 		k->protocol = hdr[9];
@@ -426,14 +427,15 @@ static __always_inline void egr_audit_skb_dst(struct __sk_buff *skb, struct egr_
 		if (!(((hdr[6] & 0x1f) << 8) | hdr[7]))
 			l4 = (hdr[0] & 0x0f) * 4;
 	} else if (skb->protocol == bpf_htons(EGR_ETH_P_IPV6)) {
-		if (bpf_skb_load_bytes(skb, 0, hdr, 40))
+		if (bpf_skb_load_bytes(skb, l3_off, hdr, 40))
 			return;
 		k->family = EGR_AF_INET6;
 		k->protocol = hdr[6];
 		__builtin_memcpy(k->daddr, &hdr[24], 16);
 		l4 = 40;
 	}
-	if (l4 && egr_l4_has_ports(k->protocol) && !bpf_skb_load_bytes(skb, l4 + 2, &port, 2))
+	if (l4 && egr_l4_has_ports(k->protocol) &&
+	    !bpf_skb_load_bytes(skb, l3_off + l4 + 2, &port, 2))
 		k->dport = bpf_ntohs(port);
 }
 
@@ -463,7 +465,7 @@ __noinline int egr_audit_skb_record(struct __sk_buff *skb, __u64 sandbox_id, __u
 	k.action = action;
 	k.reason = reason;
 	k.epoch = egr_audit_epoch();
-	egr_audit_skb_dst(skb, &k);
+	egr_audit_skb_dst(skb, 0, &k);
 	if (k.family && reason == EGR_REASON_PROTECTED) {
 		/* The sandbox id is its cgroup's id, the key of its entry. */
 		const struct egr_cgroup_val *sb = bpf_map_lookup_elem(&egr_cgroups_v1, &sandbox_id);

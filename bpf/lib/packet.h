@@ -41,6 +41,8 @@ struct egr_pkt {
 	__u8 ports_read; /* the L4 ports were in the packet (not a later fragment) */
 	__u8 tcp_flags;  /* TCP: the flags byte (FIN 0x01, SYN 0x02, RST 0x04, ACK 0x10) */
 	__u16 sport;     /* host order; what the tc flow table keys on */
+	__u8 later_fragment; /* a fragment past the first: no upper-layer header */
+	__u32 l4_off;    /* where the upper-layer header starts (from the skb's start) */
 };
 
 
@@ -143,8 +145,10 @@ static __always_inline int egr_parse_ipv4(struct __sk_buff *skb, __u32 l3_off, s
 		return EGR_PARSE_REFUSE;
 	egr_addr_from_v4(&p->dst, iph.daddr);
 	p->l4proto = iph.protocol;
+	p->l4_off = l3_off + hdr_len;
 	if ((bpf_ntohs(iph.frag_off) & 0x1fff) == 0) /* first fragment only */
 		return egr_load_dport(skb, l3_off + hdr_len, p);
+	p->later_fragment = 1;
 	return EGR_PARSE_OK;
 }
 
@@ -205,8 +209,10 @@ static __always_inline int egr_parse_ipv6(struct __sk_buff *skb, __u32 l3_off, s
 			continue;
 		default:
 			p->l4proto = next;
+			p->l4_off = off;
 			if (first_fragment)
 				return egr_load_dport(skb, off, p);
+			p->later_fragment = 1;
 			return EGR_PARSE_OK;
 		}
 	}

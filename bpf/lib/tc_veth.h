@@ -44,7 +44,7 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_tcstats_v1 SEC(".maps");
+} egr_tcstats_v2 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -66,7 +66,7 @@ struct {
 
 static __always_inline void egr_tc_count(__u32 stat)
 {
-	__u64 *v = bpf_map_lookup_elem(&egr_tcstats_v1, &stat);
+	__u64 *v = bpf_map_lookup_elem(&egr_tcstats_v2, &stat);
 
 	if (v)
 		*v += 1;

@@ -228,8 +228,9 @@ int EchoRoundTrip(int fd, const std::string& payload, int timeout_ms, std::strin
   return got.compare(0, payload.size(), payload) == 0 ? 0 : EBADMSG;
 }
 
-bool WaitEcho(int fd, int wait_ms, const Target* from) {
+bool WaitEcho(int fd, int wait_ms, const Target* from, int* first_err) {
   const long long deadline = NowMs() + wait_ms;
+  if (first_err) *first_err = 0;
   for (;;) {
     long long left = deadline - NowMs();
     if (left < 0 || !WaitFd(fd, POLLIN, static_cast<int>(left))) return false;
@@ -237,7 +238,10 @@ bool WaitEcho(int fd, int wait_ms, const Target* from) {
     sockaddr_storage src{};
     socklen_t sl = sizeof(src);
     ssize_t n = recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&src), &sl);
-    if (n < 0) continue;  // e.g. ECONNREFUSED from an ICMP error: keep waiting
+    if (n < 0) {  // e.g. ECONNREFUSED from an ICMP error: keep waiting
+      if (first_err && *first_err == 0 && errno != EAGAIN) *first_err = errno;
+      continue;
+    }
     if (!from || SameEndpoint(src, *from)) return true;
   }
 }

@@ -82,7 +82,10 @@ int ConnectWithin(int fd, const Target& t, int timeout_ms);
 // `stage` says which step failed ("send" or "recv"); EOF reads as ECONNRESET.
 int EchoRoundTrip(int fd, const std::string& payload, int timeout_ms, std::string* stage);
 // Waits up to `wait_ms` for a datagram on `fd` from `from` (any source if null).
-bool WaitEcho(int fd, int wait_ms, const Target* from);
+// *first_err (if given): the first error a receive returned while waiting
+// (a connected UDP socket's ICMP error: ECONNREFUSED, EHOSTUNREACH, EACCES),
+// 0 if none.
+bool WaitEcho(int fd, int wait_ms, const Target* from, int* first_err = nullptr);
 
 constexpr int kDefaultTimeoutMs = 2000;
 constexpr int kDefaultWaitMs = 300;

@@ -31,7 +31,12 @@ Target TargetAt(const Op& op, size_t i) {
 
 void FinishSend(Json& j, const Op& op, int fd, ssize_t n, const Target& t, const char* stage) {
   if (n < 0) return j.Err(errno, stage).Emit();
-  j.Ok().Bool("echo", WaitEcho(fd, op.Int("wait-ms", kDefaultWaitMs), &t)).Emit();
+  int recv_err = 0;
+  const bool echo = WaitEcho(fd, op.Int("wait-ms", kDefaultWaitMs), &t, &recv_err);
+  j.Ok().Bool("echo", echo);
+  // What an ICMP error told a connected socket (a reject at the veth).
+  if (recv_err) j.Str("recv_errno", ErrName(recv_err));
+  j.Emit();
 }
 
 // With --tcp: the same option on a TCP socket, then a (non-blocking) connect.

@@ -266,7 +266,10 @@ Bytes RoutingHeader0(const char* hop, uint8_t next) {
 struct Vector {
   const char* name;
   Bytes frame;
-  int tc_act;  // 0 TC_ACT_OK, 2 TC_ACT_SHOT
+  // 0 TC_ACT_OK, 2 TC_ACT_SHOT, 7 TC_ACT_REDIRECT: denied under onDeny
+  // reject (the default) and answered (tc_reject_test checks the answers);
+  // what gets no answer (unparseable, later fragments, loopback, frames) drops
+  int tc_act;
 };
 
 // Runs `frame` through the program as if it arrived on `ifindex` (a device of
@@ -334,19 +337,19 @@ TEST_F(TcVeth, CraftedFramesThroughTheTcProgram) {
   rh.insert(rh.end(), u6.begin(), u6.end());
   const std::vector<Vector> vectors = {
       {"v4 to an allowed host", V4(kPublicA4, 7000), 0},
-      {"v4 to a denied host", V4(kPublicB4, 7000), 2},
-      {"v4 to a protected range", V4(kImds4, 80), 2},
+      {"v4 to a denied host", V4(kPublicB4, 7000), 7},
+      {"v4 to a protected range", V4(kImds4, 80), 7},
       {"v4 loose source route via a denied hop", V4(kPublicA4, 7000, lsrr), 2},
       {"v4 non-first fragment to a denied host", V4(kPublicB4, 0, {}, 0x00b9), 2},
       {"v4 non-first fragment to an allowed host (every port)", V4(kPublicA4, 0, {}, 0x00b9), 0},
-      {"v4 DNS, the sandbox has no endpoint (cannot be steered: refused)", V4(kPublicA4, 53), 2},
+      {"v4 DNS, the sandbox has no endpoint (cannot be steered: refused)", V4(kPublicA4, 53), 7},
       {"v4 to loopback on the link", V4("127.0.0.1", 7000), 2},
       {"ARP", arp, 0},
       {"VLAN-tagged IPv4", vlan, 2},
       {"v6 to an allowed host", V6(kPublicA6, 17, Udp(7000)), 0},
-      {"v6 to a denied host", V6(kPublicB6, 17, Udp(7000)), 2},
-      {"v6 routing header hop to a denied host", V6(kPublicA6, 43, rh), 2},
-      {"v6 NAT64 form of a protected address", V6(kNat64Imds, 17, Udp(80)), 2},
+      {"v6 to a denied host", V6(kPublicB6, 17, Udp(7000)), 7},
+      {"v6 routing header hop to a denied host", V6(kPublicA6, 43, rh), 7},
+      {"v6 NAT64 form of a protected address", V6(kNat64Imds, 17, Udp(80)), 7},
       {"v6 router advertisement", V6("ff02::1", 58, Icmp6(134)), 2},
       {"v6 redirect", V6("fd00:244::1", 58, Icmp6(137)), 2},
       {"v6 neighbour solicitation", V6("ff02::1:ff00:1", 58, Icmp6(135)), 0},

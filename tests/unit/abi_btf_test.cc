@@ -100,7 +100,7 @@ const std::vector<AbiStruct>& CxxLayouts() {
                  EGR_FIELD(egr_event_key, action), EGR_FIELD(egr_event_key, reason),
                  EGR_FIELD(egr_event_key, family), EGR_FIELD(egr_event_key, protocol),
                  EGR_FIELD(egr_event_key, pad0), EGR_FIELD(egr_event_key, epoch),
-                 EGR_FIELD(egr_event_key, pad1)),
+                 EGR_FIELD(egr_event_key, ifindex)),
       EGR_STRUCT(egr_event_task, EGR_FIELD(egr_event_task, cgroup_id),
                  EGR_FIELD(egr_event_task, tgid), EGR_FIELD(egr_event_task, pid),
                  EGR_FIELD(egr_event_task, uid), EGR_FIELD(egr_event_task, gid),
@@ -180,6 +180,7 @@ const std::vector<AbiMap>& AbiMaps() {
       EGR_MAP(EGR_MAP_TCFLOW, BPF_MAP_TYPE_HASH, struct egr_flow_key, struct egr_flow_val, EGR_MAX_FLOWS),
       EGR_MAP(EGR_MAP_FLOWCNT, BPF_MAP_TYPE_HASH, __u64, struct egr_flowcnt_val, EGR_MAX_IFSANDBOXES),
       EGR_MAP(EGR_MAP_FLOWCFG, BPF_MAP_TYPE_ARRAY, __u32, struct egr_flowcfg_val, 1),
+      EGR_MAP(EGR_MAP_TCREJECT, BPF_MAP_TYPE_LRU_HASH, __u64, struct egr_budget_val, EGR_MAX_IFSANDBOXES),
   };
   return maps;
 }

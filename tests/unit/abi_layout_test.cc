@@ -115,7 +115,7 @@ EGR_PIN_OFFSET(egr_event_key, family, 37);
 EGR_PIN_OFFSET(egr_event_key, protocol, 38);
 EGR_PIN_OFFSET(egr_event_key, pad0, 39);
 EGR_PIN_OFFSET(egr_event_key, epoch, 40);
-EGR_PIN_OFFSET(egr_event_key, pad1, 44);
+EGR_PIN_OFFSET(egr_event_key, ifindex, 44);
 
 EGR_PIN_SIZE(egr_event_task, 40);
 EGR_PIN_OFFSET(egr_event_task, cgroup_id, 0);
@@ -190,6 +190,7 @@ TEST(AbiLayout, MapNamesFitAndCarryVersion) {
       EGR_MAP_IFSANDBOX, EGR_MAP_TCSTATS, EGR_MAP_IFPOD, EGR_MAP_IFADDR,
       EGR_MAP_TCDNS,
       EGR_MAP_TCFLOW,   EGR_MAP_FLOWCNT, EGR_MAP_FLOWCFG,
+      EGR_MAP_TCREJECT,
   };
   for (const char* n : names) {
     const std::string name(n);
@@ -245,6 +246,13 @@ TEST(AbiLayout, InterfaceSandboxMapSharesTheCgroupValue) {
   static_assert(EGR_TC_STAT_SPOOFED == 4 && EGR_TC_STAT_DNS_UNMATCHED == 5);
   static_assert(EGR_TC_STAT_DNS_UNMATCHED < EGR_TC_STAT_MAX);
   static_assert(EGR_TC_STAT_LINK_LOCAL == 3 && EGR_TC_STAT_LINK_LOCAL < EGR_TC_STAT_MAX);
+  // onDeny reject's counters after DNS steering's and the flow table's, in
+  // egr_tcstats_v2's 16 slots; the tc record kind is new and the key's
+  // ifindex was its pad (layout kept).
+  static_assert(EGR_TC_STAT_REJECT_RST == 8 && EGR_TC_STAT_REJECT_LIMITED == 10);
+  static_assert(EGR_TC_STAT_REJECT_LIMITED < EGR_TC_STAT_MAX && EGR_TC_STAT_MAX == 16);
+  static_assert(EGR_EVENT_TC == 4 && EGR_EVENT_TC < EGR_EVENT_USER_FIRST);
+  static_assert(sizeof(egr_event_key) == 48 && offsetof(egr_event_key, ifindex) == 44);
   static_assert(EGR_ABI_VERSION == 2, "a new map, not a layout change");
   SUCCEED();
 }
@@ -282,7 +290,7 @@ EGR_PIN_OFFSET(egr_flowcfg_val, udp_idle_s, 12);
 TEST(AbiLayout, FlowTableReasonsAndCountersAreAppended) {
   static_assert(EGR_REASON_FLOW == 24 && EGR_REASON_FLOW_UNTRACKED == 25);
   static_assert(EGR_TC_STAT_FLOW_PASS == 6 && EGR_TC_STAT_FLOW_UNTRACKED == 7);
-  static_assert(EGR_TC_STAT_FLOW_UNTRACKED < EGR_TC_STAT_MAX, "egr_tcstats_v1 keeps its size");
+  static_assert(EGR_TC_STAT_FLOW_UNTRACKED < EGR_TC_STAT_MAX, "within egr_tcstats_v2");
   static_assert(EGR_FLOW_INBOUND == 1 && EGR_FLOW_REPLIED == 2 && EGR_FLOW_CLOSING == 4);
   static_assert(EGR_ABI_VERSION == 2, "new maps, not a layout change");
   SUCCEED();

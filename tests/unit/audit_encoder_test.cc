@@ -106,6 +106,15 @@ std::vector<egr_event> Events() {
   unread.key.family = 0;
   unread.key.kind = EGR_EVENT_BACKSTOP;
   out.push_back(unread);
+  // tc records: an interface (the smallest and largest index), no task.
+  for (uint32_t ifindex : {1u, ~0u}) {
+    egr_event tc = Base();
+    tc.key.kind = EGR_EVENT_TC;
+    tc.key.ifindex = ifindex;
+    tc.flags = 0;
+    tc.task = {};
+    out.push_back(tc);
+  }
   // Comms: full 16 bytes without NUL, escapes, control bytes, not UTF-8.
   for (const char* comm : {"", "a\nb", "q\"uote\\", "\t\b\f\r\x1f", "\xc3\xa9t\xc3\xa9", "\xff\xfe", "0123456789abcdef"}) {
     egr_event c = Base();
@@ -171,6 +180,8 @@ std::vector<Enrichment> Enrichments() {
   out.push_back(Enrichment{std::nullopt, ~0u, {}});
   out.push_back(Enrichment{std::nullopt, std::nullopt, {"api.example.com"}});
   out.push_back(Enrichment{7, 8, {"a.example.net", "b.ex\"ample.net", "caf\xc3\xa9.example", "\xff.bad"}});
+  out.push_back(Enrichment{std::nullopt, std::nullopt, {}, "egl-1234-p0"});
+  out.push_back(Enrichment{std::nullopt, std::nullopt, {"api.example.com"}, "we\"ird\n"});
   return out;
 }
 
@@ -210,6 +221,20 @@ TEST(AuditEncoder, EnrichmentLandsWhereItBelongs) {
   j = EventJson(e, 1, std::nullopt, x);
   EXPECT_FALSE(j["process"].contains("ns_pid"));
   EXPECT_FALSE(j["process"].contains("pid"));
+  // A tc record names its interface (index, and the name when known) and
+  // no process.
+  e.key.kind = EGR_EVENT_TC;
+  e.key.ifindex = 42;
+  e.flags = 0;
+  j = EventJson(e, 1, std::nullopt, Enrichment{std::nullopt, std::nullopt, {}, "egl-1-p0"});
+  EXPECT_EQ(j["type"], "tc");
+  EXPECT_EQ(j["interface"]["index"], 42);
+  EXPECT_EQ(j["interface"]["name"], "egl-1-p0");
+  EXPECT_FALSE(j.contains("process"));
+  j = EventJson(e, 1, std::nullopt, {});
+  EXPECT_EQ(j["interface"], nlohmann::json({{"index", 42}}));
+  e.key.ifindex = 0;
+  EXPECT_FALSE(EventJson(e, 1, std::nullopt, {}).contains("interface"));
 }
 
 TEST(AuditEncoder, SummaryLinesAreTheSameBytesAsNlohmanns) {

@@ -1,6 +1,7 @@
 #include "userspace/audit/exporter.h"
 
 #include <dirent.h>
+#include <net/if.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -299,7 +300,17 @@ Enrichment Exporter::Enrich(const SandboxCache& sb, const egr_event_key& k, cons
     x.ns_tid = ids.tid;
   }
   if (k.reason == EGR_REASON_RESOLVED && match_id) DestinationNames(sb, k, match_id, x.destination_names);
+  if (k.ifindex) x.interface_name = InterfaceName(k.ifindex);
   return x;
+}
+
+const std::optional<std::string>& Exporter::InterfaceName(uint32_t ifindex) {
+  auto [it, fresh] = ifnames_.try_emplace(ifindex);
+  if (fresh) {
+    char name[IF_NAMESIZE] = {};
+    if (if_indextoname(ifindex, name)) it->second = std::string(name);
+  }
+  return it->second;
 }
 
 bool Exporter::DestinationNames(const SandboxCache& sb, const egr_event_key& k, uint32_t match_id,
@@ -398,6 +409,7 @@ absl::Status Exporter::OnUserRecord(nlohmann::json record) {
 
 absl::Status Exporter::OnWindow(const maps::WindowCounts& w, uint64_t closed_boot_ns) {
   RefreshClock();
+  ifnames_.clear();
   const uint64_t now = Realtime(BootNowNs());
   // Held back for their DNS records, which are read now (IngestPending ran
   // before this): written with the names known, the ids found then.
@@ -412,6 +424,7 @@ absl::Status Exporter::OnWindow(const maps::WindowCounts& w, uint64_t closed_boo
     x.ns_pid = deferred_ns[i].pid;
     x.ns_tid = deferred_ns[i].tid;
     DestinationNames(sb, e.key, e.match_id, x.destination_names);
+    if (e.key.ifindex) x.interface_name = InterfaceName(e.key.ifindex);
     *sb.counted += 1;
     ++occurrences_[{e.key.kind, e.key.action, e.key.reason}];
     ++(*sb.tally)[{e.key.kind, e.key.action, e.key.reason}];

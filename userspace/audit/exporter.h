@@ -170,6 +170,10 @@ class Exporter {
   // (sandbox, address) -> name id -> query names, from ingested DNS records;
   // the oldest addresses forgotten beyond kMaxLearned.
   std::map<std::pair<uint64_t, std::string>, std::map<uint32_t, std::set<std::string>>> learned_;
+  // tc records' interface names by ifindex (if_indextoname in this netns,
+  // the node's), forgotten every window: an index may be reused.
+  const std::optional<std::string>& InterfaceName(uint32_t ifindex);
+  std::map<uint32_t, std::optional<std::string>> ifnames_;
   std::deque<std::pair<uint64_t, std::string>> learned_order_;
   // Resolved-name records waiting for their DNS record until the window's end.
   std::vector<egr_event> deferred_;

@@ -185,6 +185,18 @@ void AppendNames(std::string& out, const Enrichment& x) {
   Append(out, "],");
 }
 
+// As record.cc's PutInterface: {"index":N,"name":"..."}.
+void AppendInterface(std::string& out, const egr_event_key& k, const Enrichment& x) {
+  if (k.ifindex == 0) return;
+  Append(out, "\"interface\":{\"index\":");
+  AppendU64(out, k.ifindex);
+  if (x.interface_name) {
+    Append(out, ",\"name\":");
+    AppendJsonString(out, *x.interface_name);
+  }
+  Append(out, "},");
+}
+
 // As record.cc's PutMatch: {"cidr":...,"name_id":...}, keys in order.
 void AppendMatch(std::string& out, const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id,
                  const EncodedSandbox& sb) {
@@ -309,6 +321,7 @@ void AppendEventLine(std::string& out, const egr_event& e, uint64_t realtime_ns,
   AppendU64(out, e.task.cgroup_id);
   Append(out, ",\"count\":1,");
   AppendNames(out, x);
+  AppendInterface(out, k, x);
   Append(out, "\"kernel\":{\"boot_ns\":");
   AppendU64(out, e.boot_ns);
   Append(out, ",\"cpu\":");
@@ -342,6 +355,7 @@ void AppendSummaryLine(std::string& out, const egr_event_key& k, const egr_fold_
   Append(out, "\"first_time\":");
   AppendTime(out, first_realtime_ns);
   out.push_back(',');
+  AppendInterface(out, k, x);
   if (k.family != 0) AppendL4(out, k);
   AppendMatch(out, k, v.match_plen, v.match_flags, v.match_id, sb);
   AppendTail(out, k, sb, v.task, v.flags, seq, x);

@@ -82,6 +82,13 @@ void PutNames(nlohmann::json& j, const Enrichment& x) {
   if (!x.destination_names.empty()) j["destination_names"] = x.destination_names;
 }
 
+// Hubble's `interface` of a tc record: the host-side veth it came in on.
+void PutInterface(nlohmann::json& j, const egr_event_key& k, const Enrichment& x) {
+  if (k.ifindex == 0) return;
+  j["interface"]["index"] = k.ifindex;
+  if (x.interface_name) j["interface"]["name"] = *x.interface_name;
+}
+
 void PutFlow(nlohmann::json& j, const egr_event_key& k) {
   j["type"] = KindName(k.kind);
   j["verdict"] = VerdictName(k.action);
@@ -125,6 +132,7 @@ const char* KindName(uint8_t kind) {
     case EGR_EVENT_CONNECT: return "connect";
     case EGR_EVENT_SEND: return "send";
     case EGR_EVENT_BACKSTOP: return "backstop";
+    case EGR_EVENT_TC: return "tc";
   }
   return "unknown";
 }
@@ -213,6 +221,7 @@ nlohmann::json EventJson(const egr_event& e, uint64_t realtime_ns,
   PutTask(j, e.task, e.flags, x);
   PutMatch(j, e.key, e.match_plen, e.match_flags, e.match_id, sandbox);
   PutNames(j, x);
+  PutInterface(j, e.key, x);
   j["kernel"] = {{"cpu", e.cpu}, {"seq", e.seq}, {"boot_ns", e.boot_ns}};
   return j;
 }
@@ -231,6 +240,7 @@ nlohmann::json SummaryJson(const egr_event_key& k, const egr_fold_val& v, uint64
   PutTask(j, v.task, v.flags, x);
   PutMatch(j, k, v.match_plen, v.match_flags, v.match_id, sandbox);
   PutNames(j, x);
+  PutInterface(j, k, x);
   return j;
 }
 
@@ -294,10 +304,10 @@ absl::StatusOr<Filter> ParseFilter(const std::string& sandbox, const std::string
     f.verdict = verdict;
   }
   if (!type.empty()) {
-    static const char* const kTypes[] = {"connect", "send", "backstop", "dns", "engine", "sandbox", "policy", "loss", "gap"};
+    static const char* const kTypes[] = {"connect", "send", "backstop", "tc", "dns", "engine", "sandbox", "policy", "loss", "gap"};
     if (std::find(std::begin(kTypes), std::end(kTypes), type) == std::end(kTypes)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "type \"", type, "\": one of connect, send, backstop, dns, engine, sandbox, policy, loss, gap"));
+          "type \"", type, "\": one of connect, send, backstop, tc, dns, engine, sandbox, policy, loss, gap"));
     }
     f.type = type;
   }
@@ -331,6 +341,11 @@ std::string Compact(const nlohmann::json& r) {
       }
     }
     absl::StrAppend(&out, " ", l4, " ", r["IP"].value("destination", ""), port);
+  }
+  if (r.contains("interface") && r["interface"].is_object()) {
+    const auto& i = r["interface"];
+    absl::StrAppend(&out, " if=", i.contains("name") ? i["name"].get<std::string>()
+                                                      : absl::StrCat("#", i.value("index", 0u)));
   }
   if (r.contains("process")) {
     const auto& p = r["process"];

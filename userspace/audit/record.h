@@ -43,6 +43,9 @@ std::map<uint32_t, std::string> NameRulesById(const policy::CompiledPolicy& poli
 struct Enrichment {
   std::optional<uint32_t> ns_pid, ns_tid;
   std::vector<std::string> destination_names;  // sorted, no duplicates
+  // A tc record (key.ifindex): the interface's name in the reader's netns,
+  // the node's (`interface.name`); absent when the index names none now.
+  std::optional<std::string> interface_name;
 };
 
 // "allowed-cidr", "default-deny", "backstop:protected", ...
