@@ -168,6 +168,7 @@ TEST_F(TcReject, DeniedTcpConnectIsRefusedAtOnceByARst) {
     // later, a drop would be the 5 s deadline.
     EXPECT_GE(Ms(l[i]), 0) << last_;
     EXPECT_LT(Ms(l[i]), 500 * TimeScale()) << last_;
+    RecordProperty(absl::StrCat("refused_ms_", i), static_cast<int>(Ms(l[i])));
   }
   const auto s1 = TcStats();
   EXPECT_EQ(s1[EGR_TC_STAT_REJECT_RST] - s0[EGR_TC_STAT_REJECT_RST], 2u);
@@ -256,6 +257,9 @@ TEST_F(TcReject, AnswersToAFloodStayWithinTheBucket) {
   const auto s1 = TcStats();
   const uint64_t answered = s1[EGR_TC_STAT_REJECT_ICMP] - s0[EGR_TC_STAT_REJECT_ICMP];
   const uint64_t limited = s1[EGR_TC_STAT_REJECT_LIMITED] - s0[EGR_TC_STAT_REJECT_LIMITED];
+  RecordProperty("answered", static_cast<int>(answered));
+  RecordProperty("limited", static_cast<int>(limited));
+  RecordProperty("flood_ms", static_cast<int>(elapsed_s * 1000));
   EXPECT_EQ(answered + limited, static_cast<uint64_t>(kFlood)) << answered << " answered, " << limited << " limited";
   EXPECT_GE(answered, 1u);
   const double bound = EGR_TC_REJECT_BURST + EGR_TC_REJECT_RATE_PER_S * elapsed_s +
