@@ -19,8 +19,12 @@
 #include "lib/tc_veth.h"
 #include "lib/tc_reject.h"
 #include "lib/tc_audit.h"
-/* A flow the table cannot hold is judged per packet and audited as such. */
-#define EGR_TC_FLOW_AUDIT_UNTRACKED(skb, sb, d) ((void)egr_tc_audit(skb, sb, d))
+/* A flow the table cannot hold is judged per packet and audited as such:
+ * the flow step marks it in the skb's scratch (cb[0], the tc program's own)
+ * and the program records it after the step returns, so the audit's frame
+ * never stacks on the flow step's (the verifier's 512 bytes). */
+#define EGR_TC_CB_FLOW_UNTRACKED 0
+#define EGR_TC_FLOW_AUDIT_UNTRACKED(skb, sb, d) ((skb)->cb[EGR_TC_CB_FLOW_UNTRACKED] = 1)
 #include "lib/tc_flow.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -202,6 +206,25 @@ int egr_sock_release(struct bpf_sock *sk)
 #define EGR_TC_ACT_OK 0
 #define EGR_TC_ACT_SHOT 2
 
+/* The flow table's step as a subprogram of its own (static: verified in
+ * egr_tc_ingress's context): its keys and values then take no room in the
+ * program's own frame, which with egr_tc_reject_packet's must stay within
+ * the verifier's 512 bytes of combined stack. */
+static __noinline int egr_tc_flow_out_packed(struct __sk_buff *skb, const struct egr_cgroup_val *sb,
+					     const struct egr_pkt *p, int packed)
+{
+	return egr_decision_pack(egr_tc_flow_out(skb, sb, p, egr_decision_unpack(packed)));
+}
+
+/* The judge as a subprogram too: the parse, anti-spoofing and DNS steering
+ * locals live in its frame, not in the program's beside the reject and audit
+ * steps' (each a global function with a frame of its own). */
+static __noinline int egr_tc_judge_packed(struct __sk_buff *skb, const struct egr_cgroup_val *sb,
+					  struct egr_pkt *p)
+{
+	return egr_decision_pack(egr_tc_judge(skb, sb, p));
+}
+
 SEC("tc")
 int egr_tc_ingress(struct __sk_buff *skb)
 {
@@ -211,8 +234,11 @@ int egr_tc_ingress(struct __sk_buff *skb)
 
 	if (!sb)
 		return EGR_TC_ACT_OK;
-	d = egr_tc_judge(skb, sb, &p);
-	d = egr_tc_flow_out(skb, sb, &p, d);
+	d = egr_decision_unpack(egr_tc_judge_packed(skb, sb, &p));
+	skb->cb[EGR_TC_CB_FLOW_UNTRACKED] = 0;
+	d = egr_decision_unpack(egr_tc_flow_out_packed(skb, sb, &p, egr_decision_pack(d)));
+	if (skb->cb[EGR_TC_CB_FLOW_UNTRACKED])
+		egr_tc_audit(skb, sb, egr_decide(EGR_PASS, EGR_REASON_FLOW_UNTRACKED));
 	if (!egr_tc_audit(skb, sb, d))
 		d = egr_tc_audit_strict(d);
 	if (egr_lets_through(d)) {
@@ -248,6 +274,9 @@ int egr_tc_egress(struct __sk_buff *skb)
 		egr_tc_count(EGR_TC_STAT_DNS_UNMATCHED);
 		return EGR_TC_ACT_SHOT;
 	}
+	skb->cb[EGR_TC_CB_FLOW_UNTRACKED] = 0;
 	egr_tc_flow_in(skb, sb);
+	if (skb->cb[EGR_TC_CB_FLOW_UNTRACKED])
+		egr_tc_audit(skb, sb, egr_decide(EGR_PASS, EGR_REASON_FLOW_UNTRACKED));
 	return EGR_TC_ACT_OK;
 }

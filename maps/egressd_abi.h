@@ -259,8 +259,11 @@ struct egr_dnsep_key {
 
 struct egr_dnsep_val {
 	__u64 sandbox_id; /* 0 (no sandbox has it): egressd's own endpoint, the
-			   * daemon's metrics listener; every sandbox is refused
-			   * (issue 14; a value the layout already had) */
+			   * daemon's metrics listener; 2^32 (no cgroup id has low
+			   * 32 bits of 0): a DNS proxy's upstream socket
+			   * (maps/dns_endpoints.h kUpstreamGuardOwner).  Every
+			   * sandbox is refused both (issue 14; values the layout
+			   * already had) */
 };
 
 #define EGR_MAX_DNS_ENDPOINTS EGR_MAX_CGROUPS
@@ -505,11 +508,23 @@ enum egr_tc_stat {
  * flood of denied packets never becomes a flood of replies.  LRU: a gone
  * sandbox's bucket ages out, and a recreated one starts full. */
 #define EGR_MAP_TCREJECT "egr_tcrej_v1"
+/* egr_tcquote_v1 (per-CPU array of one, unpinned): scratch where an ICMP
+ * error's quote is built (off the stack: the verifier's 512 bytes). */
+#define EGR_MAP_TCQUOTE "egr_tcquote_v1"
 #define EGR_TC_REJECT_BURST 20
 #define EGR_TC_REJECT_RATE_PER_S 100
 /* Bytes of a denied packet an ICMP(v6) error quotes, from its IP header on
  * (fewer when the packet is shorter); a multiple of 4. */
 #define EGR_TC_REJECT_QUOTE 128
+
+struct egr_tc_quote {
+	__u8 b[EGR_TC_REJECT_QUOTE];
+};
+#if defined(__cplusplus)
+static_assert(sizeof(struct egr_tc_quote) == EGR_TC_REJECT_QUOTE, "egr_tc_quote layout");
+#else
+_Static_assert(sizeof(struct egr_tc_quote) == EGR_TC_REJECT_QUOTE, "egr_tc_quote layout");
+#endif
 
 /* ---- egr_ifpod_v1, egr_ifaddr_v1: who the pod behind an interface is ----
  * Anti-spoofing at the veth: when an interface has an egr_ifpod_v1 entry,

@@ -282,6 +282,9 @@ Bytes Frame(const char* src, uint16_t sport, const char* dst, uint16_t dport, in
   return b;
 }
 constexpr int kSyn = 0x02, kSynAck = 0x12, kAck = 0x10, kRst = 0x04, kUdp = -1;
+// A denied frame from the pod: answered under the default onDeny reject
+// (TC_ACT_REDIRECT: the RST or ICMP error goes back into the pod).
+constexpr int kRefused = 7;
 
 int TestRun(int prog_fd, uint32_t ifindex, const std::string& node_netns, const Bytes& frame) {
   int ret = -1;
@@ -332,19 +335,19 @@ TEST_F(TcFlow, OnlyASynIntoThePodMakesInboundState) {
     int tc_act;
   };
   const std::vector<Step> steps = {
-      {"the pod's SYN-ACK to a peer that never called", in, Frame(pod, 9000, kPublicB4, 40000, kSynAck), 2},
-      {"the pod's SYN to a denied peer", in, Frame(pod, 40000, kPublicB4, 9000, kSyn), 2},
+      {"the pod's SYN-ACK to a peer that never called", in, Frame(pod, 9000, kPublicB4, 40000, kSynAck), kRefused},
+      {"the pod's SYN to a denied peer", in, Frame(pod, 40000, kPublicB4, 9000, kSyn), kRefused},
       {"... after which the peer's SYN-ACK goes in", out, Frame(kPublicB4, 9000, pod, 40000, kSynAck), 0},
-      {"... and the pod's ACK is still refused", in, Frame(pod, 40000, kPublicB4, 9000, kAck), 2},
+      {"... and the pod's ACK is still refused", in, Frame(pod, 40000, kPublicB4, 9000, kAck), kRefused},
       {"a peer's SYN into the pod", out, Frame(kPublicB4, 40001, pod, 9000, kSyn), 0},
       {"the pod's SYN-ACK to it", in, Frame(pod, 9000, kPublicB4, 40001, kSynAck), 0},
       {"the pod's data to it", in, Frame(pod, 9000, kPublicB4, 40001, kAck), 0},
-      {"the same from another port of the peer", in, Frame(pod, 9000, kPublicB4, 40002, kAck), 2},
-      {"a SYN of the pod's on the recorded tuple", in, Frame(pod, 9000, kPublicB4, 40001, kSyn), 2},
+      {"the same from another port of the peer", in, Frame(pod, 9000, kPublicB4, 40002, kAck), kRefused},
+      {"a SYN of the pod's on the recorded tuple", in, Frame(pod, 9000, kPublicB4, 40001, kSyn), kRefused},
       {"the peer's RST", out, Frame(kPublicB4, 40001, pod, 9000, kRst), 0},
-      {"the pod's data after the RST", in, Frame(pod, 9000, kPublicB4, 40001, kAck), 2},
+      {"the pod's data after the RST", in, Frame(pod, 9000, kPublicB4, 40001, kAck), kRefused},
       {"a peer's UDP into the pod", out, Frame(kPublicB4, 5353, pod, 7000, kUdp), 0},
-      {"the pod's UDP answer to it", in, Frame(pod, 7000, kPublicB4, 5353, kUdp), 2},
+      {"the pod's UDP answer to it", in, Frame(pod, 7000, kPublicB4, 5353, kUdp), kRefused},
   };
   for (const auto& s : steps) EXPECT_EQ(TestRun(s.prog, ifindex, node, s.frame), s.tc_act) << s.what;
   EXPECT_TRUE(Flows(sb).empty()) << "the RST removed the one inbound flow; nothing else was recorded";

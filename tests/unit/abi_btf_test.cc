@@ -120,6 +120,7 @@ const std::vector<AbiStruct>& CxxLayouts() {
                  EGR_FIELD(egr_loss_key, epoch), EGR_FIELD(egr_loss_key, pad0)),
       EGR_STRUCT(egr_loss_val, EGR_FIELD(egr_loss_val, lost)),
       EGR_STRUCT(egr_budget_val, EGR_FIELD(egr_budget_val, tat_boot_ns)),
+      EGR_STRUCT(egr_tc_quote, EGR_FIELD(egr_tc_quote, b)),
       EGR_STRUCT(egr_auditctl_val, EGR_FIELD(egr_auditctl_val, epoch),
                  EGR_FIELD(egr_auditctl_val, flags)),
   };
@@ -181,6 +182,7 @@ const std::vector<AbiMap>& AbiMaps() {
       EGR_MAP(EGR_MAP_FLOWCNT, BPF_MAP_TYPE_HASH, __u64, struct egr_flowcnt_val, EGR_MAX_IFSANDBOXES),
       EGR_MAP(EGR_MAP_FLOWCFG, BPF_MAP_TYPE_ARRAY, __u32, struct egr_flowcfg_val, 1),
       EGR_MAP(EGR_MAP_TCREJECT, BPF_MAP_TYPE_LRU_HASH, __u64, struct egr_budget_val, EGR_MAX_IFSANDBOXES),
+      EGR_MAP(EGR_MAP_TCQUOTE, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct egr_tc_quote, 1),
   };
   return maps;
 }

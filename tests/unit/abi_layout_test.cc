@@ -190,7 +190,7 @@ TEST(AbiLayout, MapNamesFitAndCarryVersion) {
       EGR_MAP_IFSANDBOX, EGR_MAP_TCSTATS, EGR_MAP_IFPOD, EGR_MAP_IFADDR,
       EGR_MAP_TCDNS,
       EGR_MAP_TCFLOW,   EGR_MAP_FLOWCNT, EGR_MAP_FLOWCFG,
-      EGR_MAP_TCREJECT,
+      EGR_MAP_TCREJECT, EGR_MAP_TCQUOTE,
   };
   for (const char* n : names) {
     const std::string name(n);
