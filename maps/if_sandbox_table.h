@@ -15,6 +15,22 @@
 
 namespace egressd::maps {
 
+// The sandbox id of a sandbox registered by interface alone (no cgroup,
+// issue 17): bit 63 set, the host-side ifindex in the low 32 bits.  It keys
+// what a cgroup id keys for other sandboxes (its egr_cgroups_v1 entry, which
+// holds its policy reference and which no cgroup hook ever looks up; its
+// record <id>.json; its DNS endpoint; its learned names; its audit records).
+// A kernel cgroup id is a kernfs node id, (generation << 32) | inode number,
+// whose generation counts wraps of a 31-bit inode allocator from 0: it never
+// reaches bit 63, so the two id spaces never meet.  Stable across restarts
+// (the record is named by it; an interface keeps its ifindex while it lives)
+// and the same for a registration of the same interface again (a flip).
+inline constexpr uint64_t kInterfaceSandboxBit = uint64_t{1} << 63;
+constexpr uint64_t InterfaceSandboxId(uint32_t ifindex) { return kInterfaceSandboxBit | ifindex; }
+constexpr bool IsInterfaceSandboxId(uint64_t id) { return (id & kInterfaceSandboxBit) != 0; }
+constexpr uint32_t IfindexOfInterfaceSandbox(uint64_t id) { return static_cast<uint32_t>(id & 0xffffffffu); }
+static_assert(IsInterfaceSandboxId(InterfaceSandboxId(1)) && !IsInterfaceSandboxId(uint64_t{0x7fffffff} << 32));
+
 struct InterfaceEntry {
   uint32_t ifindex;
   egr_cgroup_val value;

@@ -34,6 +34,9 @@ daemon::SandboxRequest RequestFromFlags(const PolicyFlags& flags, const SandboxF
   r.dns_endpoint4 = sandbox.dns_endpoint4;
   r.dns_endpoint6 = sandbox.dns_endpoint6;
   r.require_socket_containment = flags.require_socket_containment;
+  r.interface = sandbox.interface;
+  r.interface_netns = sandbox.interface_netns;
+  r.sandbox_runtime = sandbox.runtime_hint;
   return r;
 }
 

@@ -17,6 +17,7 @@
 #include "maps/lpm_keys.h"
 #include "maps/policy_store.h"
 #include "maps/resolved_table.h"
+#include "maps/if_sandbox_table.h"
 #include "maps/sandbox_table.h"
 #include "maps/stats.h"
 #include "tools/egressctl/commands.h"
@@ -50,10 +51,11 @@ int CmdLoad(const Paths& paths) {
   if (!rec.ok()) return Report(rec.status());
   if (rec->changed()) {
     std::printf("reconciled: %u record(s) dropped, %u reverted, %u repaired, %u created; %u dead cgroup(s); "
-                "%u refcount(s) fixed; %u unreferenced polic(ies) and %u orphan key(s) collected; %u corrupt record(s) set aside\n",
+                "%u refcount(s) fixed; %u unreferenced polic(ies) and %u orphan key(s) collected; %u corrupt record(s) set aside; "
+                "%u sandbox(es) of vanished interfaces collected; %u interface entr(ies) fixed\n",
                 rec->records_dropped, rec->records_reverted, rec->records_repaired, rec->records_created,
                 rec->dead_cgroups, rec->refcounts_fixed, rec->headers_collected, rec->keys_collected,
-                rec->records_quarantined);
+                rec->records_quarantined, rec->dead_interfaces, rec->interface_entries_fixed);
   }
   if (!r->socket_containment) {
     std::printf("WARNING: socket-family containment is MISSING (bpf LSM: %s).\n"

@@ -18,6 +18,7 @@
 #include "userspace/control/registry.h"
 #include "userspace/control/sandbox_caps.h"
 #include "maps/flow_table.h"
+#include "userspace/control/sandbox_runtime.h"
 #include "userspace/policy/deployment_config.h"
 #include "userspace/policy/yaml_walk.h"
 #include "userspace/control/sandbox_record.h"
@@ -151,31 +152,81 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
   PrintWarnings(*policy);
   if (auto s = maps::CheckFitsMaps(*policy); !s.ok()) return Report(s);
   if (auto s = CheckConfigCaps(flags.config, *policy); !s.ok()) return Report(s);
-  auto id = RegistrableCgroupId(paths, cgroup);
-  if (!id.ok()) return Report(id.status());
-  const bool accept = !flags.require_socket_containment && AcceptsUncontained(flags);
-  if (auto s = CheckSocketContainment(paths, accept); !s.ok()) return ReportContainment(s);
-  auto spec = MakeSandboxSpec(sandbox, cgroup, *id, "");
+  const bool by_interface = !sandbox.interface.empty() || !sandbox.interface_netns.empty();
+  auto hint = control::ParseRuntimeHint(sandbox.runtime_hint, "--sandbox-runtime");
+  if (!hint.ok()) return Report(hint.status());
+  if (auto s = control::CheckRuntimeRegistration(*hint, by_interface, "--sandbox-runtime",
+                                                 "--interface or --interface-netns");
+      !s.ok()) {
+    return Report(s);
+  }
+  uint64_t cgroup_id = 0;
+  if (!cgroup.empty()) {
+    auto id = RegistrableCgroupId(paths, cgroup);
+    if (!id.ok()) return Report(id.status());
+    cgroup_id = *id;
+  } else if (!by_interface) {
+    return Report(absl::InvalidArgumentError(
+        "--cgroup, --interface or --interface-netns is required: the sandbox's cgroup, or the node end of its "
+        "pod's veth (or both)"));
+  } else if (!IsLoaded(paths)) {
+    return Report(absl::FailedPreconditionError("egressd is not loaded under " + paths.pin_root +
+                                                " (run `egressctl load` first)"));
+  }
+  // The packet-socket rule (lib/lsm_socket.h) is a cgroup's: a sandbox
+  // registered by interface alone has none, and needs none, since every
+  // frame its pod sends (gVisor's netstack writes them on a packet socket)
+  // is judged at its veth.  Only a sandbox with a cgroup asks for the bpf LSM.
+  if (!cgroup.empty()) {
+    const bool accept = !flags.require_socket_containment && AcceptsUncontained(flags);
+    if (auto s = CheckSocketContainment(paths, accept); !s.ok()) return ReportContainment(s);
+  }
+  auto spec = MakeSandboxSpec(sandbox, cgroup, cgroup_id, "");
   if (!spec.ok()) return Report(spec.status());
   if (spec->ifindex) {
     if (auto f = ApplyFlowConfig(paths, flags.config); !f.ok()) return Report(f);
   }
+  const uint64_t* id = &spec->cgroup_id;
+  const std::string who = cgroup.empty() ? "interface " + spec->interface : cgroup;
   absl::Status s = control::Registry(paths).Register(*spec, *policy);
   if (s.ok()) {
-    audit::WriteOneUserEvent(paths, audit::SandboxJson("registered", *id, "sandbox add", cgroup, spec->labels), *id);
+    audit::WriteOneUserEvent(paths, audit::SandboxJson("registered", *id, "sandbox add", who, spec->labels), *id);
     audit::WriteOneUserEvent(paths, audit::PolicyAppliedJson(*id, "sandbox add", *policy), *id);
   }
   return Report(s);
 }
 
-int CmdSandboxRemove(const Paths& paths, const std::string& cgroup) {
-  auto id = LoadedCgroupId(paths, cgroup);
-  if (!id.ok()) return Report(id.status());
+int CmdSandboxRemove(const Paths& paths, const std::string& cgroup, const std::string& interface) {
+  uint64_t id = 0;
+  std::string who = cgroup;
+  if (!cgroup.empty()) {
+    auto cg = LoadedCgroupId(paths, cgroup);
+    if (!cg.ok()) return Report(cg.status());
+    id = *cg;
+  } else if (interface.empty()) {
+    return Report(absl::InvalidArgumentError("--cgroup or --interface is required: the sandbox to remove"));
+  } else {
+    if (!IsLoaded(paths)) {
+      return Report(absl::FailedPreconditionError("egressd is not loaded under " + paths.pin_root +
+                                                  " (run `egressctl load` first)"));
+    }
+    // The record naming it (found even once the interface vanished).
+    auto all = control::SandboxRecords(paths).List();
+    if (!all.ok()) return Report(all.status());
+    for (const auto& r : *all) {
+      if (r.interface == interface) id = r.cgroup_id;
+    }
+    if (id == 0) {
+      return Report(absl::InvalidArgumentError(
+          absl::StrCat("--interface \"", interface, "\" is no registered sandbox's interface")));
+    }
+    who = "interface " + interface;
+  }
   // The labels, while the record still holds them.
   control::Labels labels;
-  if (auto rec = control::SandboxRecords(paths).Load(*id); rec.ok() && rec->has_value()) labels = (*rec)->labels;
-  absl::Status s = control::Registry(paths).Unregister(*id);
-  if (s.ok()) audit::WriteOneUserEvent(paths, audit::SandboxJson("removed", *id, "sandbox remove", cgroup, labels), *id);
+  if (auto rec = control::SandboxRecords(paths).Load(id); rec.ok() && rec->has_value()) labels = (*rec)->labels;
+  absl::Status s = control::Registry(paths).Unregister(id);
+  if (s.ok()) audit::WriteOneUserEvent(paths, audit::SandboxJson("removed", id, "sandbox remove", who, labels), id);
   return Report(s);
 }
 

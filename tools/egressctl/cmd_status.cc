@@ -69,8 +69,9 @@ void PrintDaemonPart(const nlohmann::json& j, const std::string& socket) {
 // What both forms carry (control/node_status.h).
 void PrintNodePart(const nlohmann::json& j) {
   for (const auto& c : j.value("cgroups", nlohmann::json::array())) {
-    std::printf("  cgroup %-12s %-15s policy %#x%s%s\n", std::to_string(Num(c, "cgroup_id")).c_str(),
+    std::printf("  cgroup %-12s %-15s policy %#x%s%s%s\n", std::to_string(Num(c, "cgroup_id")).c_str(),
                 Str(c, "kind").c_str(), static_cast<unsigned>(Num(c, "policy_id")),
+                Flag(c, "interface_only") ? " (interface only: no cgroup)" : "",
                 Flag(c, "audit_only") ? " NOT ENFORCED (audit-only: denials recorded as would-deny)" : "",
                 Flag(c, "strict_audit") ? " strict-audit" : "");
   }
@@ -87,9 +88,12 @@ void PrintNodePart(const nlohmann::json& j) {
     }
     const bool names_known = r.contains("current") && r["current"].is_object() && r["current"].contains("policy") &&
                              !r["current"]["policy"].is_null();
-    const std::string path = Str(r, "cgroup_path");
-    std::printf("  record %-12s %s%s%s\n", std::to_string(Num(r, "cgroup_id")).c_str(),
-                path.empty() ? "(path unknown)" : path.c_str(), labels.c_str(), names_known ? "" : " (names unknown)");
+    const std::string path = Str(r, "cgroup_path"), interface = Str(r, "interface");
+    const std::string where = !path.empty()        ? path + (interface.empty() ? "" : " interface " + interface)
+                              : !interface.empty() ? "interface " + interface
+                                                   : std::string("(path unknown)");
+    std::printf("  record %-12s %s%s%s\n", std::to_string(Num(r, "cgroup_id")).c_str(), where.c_str(),
+                labels.c_str(), names_known ? "" : " (names unknown)");
   }
   if (j.contains("learned") && j["learned"].is_object()) {
     for (const auto& e : j["learned"].value("entries", nlohmann::json::array())) {

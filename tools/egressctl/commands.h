@@ -55,6 +55,7 @@ struct SandboxFlags {
   // node end of the pod's veth, judged by the tc program too.
   std::string interface;
   std::string interface_netns;
+  std::string runtime_hint;  // --sandbox-runtime (control/sandbox_runtime.h); empty: none
 };
 
 // Where the socket-family hooks are missing: FailedPrecondition naming what
@@ -69,7 +70,8 @@ int CmdProbe(const Paths& paths);
 
 int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFlags& flags,
                   const SandboxFlags& sandbox);
-int CmdSandboxRemove(const Paths& paths, const std::string& cgroup);
+// By --cgroup, or by --interface (the record naming it; exactly one of the two).
+int CmdSandboxRemove(const Paths& paths, const std::string& cgroup, const std::string& interface);
 int CmdSandboxContain(const Paths& paths, const std::string& cgroup);
 
 // Who the command of `egressctl run` is, and what of the node it may write.

@@ -92,6 +92,22 @@ void AddSandboxFlags(CLI::App* cmd, egressd::cli::SandboxFlags& f) {
                 "Refuse a connect or send whose audit event cannot be recorded (ring full and no fold slot)");
 }
 
+// --interface / --interface-netns / --sandbox-runtime of sandbox add and apply.
+void AddInterfaceFlags(CLI::App* cmd, egressd::cli::SandboxFlags& f) {
+  auto* by_if = cmd->add_option("--interface", f.interface,
+                                "Judge the sandbox at this interface of the node's netns (the node end of its pod's "
+                                "veth, or its VM's tap): every frame the pod sends, whatever sends it (gVisor, a "
+                                "guest kernel, a packet socket), by the same policy. With --cgroup: judged at both; "
+                                "without: the sandbox is the interface's (its id is the interface's, no cgroup)");
+  cmd->add_option("--interface-netns", f.interface_netns,
+                  "As --interface, the node end of the one veth in this network namespace (the pod's)")
+      ->excludes(by_if);
+  cmd->add_option("--sandbox-runtime", f.runtime_hint,
+                  "The runtime running the sandbox: runc, crun, gvisor (runsc), kata, firecracker. The last three "
+                  "send from their own network stack, which no cgroup hook sees: they must be registered with "
+                  "--interface or --interface-netns (exit code 2 otherwise)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,20 +147,15 @@ int main(int argc, char** argv) {
   sandbox->require_subcommand(1);
   std::string cgroup;
   cli::PolicyFlags add_flags;
-  auto* add = sandbox->add_subcommand("add", "Register a cgroup with a policy, or flip its policy");
-  add->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
+  auto* add = sandbox->add_subcommand(
+      "add", "Register a cgroup and/or a pod's interface with a policy, or flip its policy");
+  add->add_option("--cgroup", cgroup, "cgroup v2 directory (or --interface / --interface-netns alone)");
   AddPolicyFlags(add, add_flags, after_parse);
   cli::SandboxFlags add_sandbox, run_sandbox;
   AddSandboxFlags(add, add_sandbox);
   add->add_option("--netns", add_sandbox.netns, "The sandbox's network namespace (/proc/PID/ns/net or "
                                                 "/var/run/netns/NAME), recorded for the DNS proxy and audit");
-  auto* by_if = add->add_option("--interface", add_sandbox.interface,
-                                "Judge the sandbox at this interface of the node's netns too (the node end of its "
-                                "pod's veth, or its VM's tap): every frame the pod sends, whatever sends it "
-                                "(gVisor, a guest kernel, a packet socket), by the same policy");
-  add->add_option("--interface-netns", add_sandbox.interface_netns,
-                  "As --interface, the node end of the one veth in this network namespace (the pod's)")
-      ->excludes(by_if);
+  AddInterfaceFlags(add, add_sandbox);
   add->add_flag("--require-socket-containment", add_flags.require_socket_containment,
                 "Refuse where packet/AF_XDP/AF_VSOCK sockets and abstract unix peers cannot be judged (no bpf "
                 "LSM): the default, exit code 3");
@@ -152,8 +163,12 @@ int main(int argc, char** argv) {
                 "Register even where the bpf LSM is not in force (also "
                 "EGRESSD_ACCEPT_UNCONTAINED_PACKET_SOCKETS=1). RISK: a process of the sandbox with CAP_NET_RAW "
                 "sends frames on packet sockets (and AF_XDP, AF_VSOCK) that no egressd hook judges");
-  auto* remove = sandbox->add_subcommand("remove", "Unregister a cgroup");
-  remove->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
+  auto* remove = sandbox->add_subcommand("remove", "Unregister a sandbox, by its cgroup or its interface");
+  std::string remove_interface;
+  auto* remove_cg = remove->add_option("--cgroup", cgroup, "cgroup v2 directory");
+  remove->add_option("--interface", remove_interface,
+                     "The interface it was registered with (the sandbox judged there, with or without a cgroup)")
+      ->excludes(remove_cg);
   auto* contain = sandbox->add_subcommand(
       "contain", "Make a cgroup a contained root: unregistered cgroups below it get no egress");
   contain->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
@@ -171,9 +186,10 @@ int main(int argc, char** argv) {
   add_api(status);
   auto* apply = sandbox->add_subcommand("apply", "Register or flip a sandbox through the daemon (PUT /v1/sandboxes/ID)");
   apply->add_option("id", api_id, "The sandbox's id (a pod name or UID)")->required();
-  apply->add_option("--cgroup", cgroup, "cgroup v2 directory")->required();
+  apply->add_option("--cgroup", cgroup, "cgroup v2 directory (or --interface / --interface-netns alone)");
   AddPolicyFlags(apply, apply_flags, after_parse);
   AddSandboxFlags(apply, apply_sandbox);
+  AddInterfaceFlags(apply, apply_sandbox);
   apply->add_flag("--require-socket-containment", apply_flags.require_socket_containment,
                   "Refuse where the bpf LSM is not in force even if the daemon accepts uncontained sandboxes");
   add_api(apply);
@@ -310,7 +326,7 @@ int main(int argc, char** argv) {
   }
   if (*dns_serve) return cli::CmdDnsServe(paths, dns_config, upstream_dns, upstream_timeout_ms, upstream_tries);
   if (*add) return cli::CmdSandboxAdd(paths, cgroup, add_flags, add_sandbox);
-  if (*remove) return cli::CmdSandboxRemove(paths, cgroup);
+  if (*remove) return cli::CmdSandboxRemove(paths, cgroup, remove_interface);
   if (*contain) return cli::CmdSandboxContain(paths, cgroup);
   if (*apply) return cli::CmdSandboxApply(paths, api, api_id, cgroup, apply_flags, apply_sandbox);
   if (*get) return cli::CmdSandboxGet(paths, api, api_id);

@@ -4,6 +4,7 @@
 #include <sys/vfs.h>
 
 #include "absl/strings/str_cat.h"
+#include "maps/if_sandbox_table.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/node.h"
 #include "userspace/net/ip.h"
@@ -47,6 +48,8 @@ absl::StatusOr<control::SandboxSpec> MakeSandboxSpec(const SandboxFlags& flags, 
     spec.ifindex = hi.ifindex;
     spec.pod_addrs = hi.pod_addrs;
     spec.pod_mac = hi.pod_mac;
+    // No cgroup: the sandbox is its interface's (maps/if_sandbox_table.h).
+    if (cgroup_id == 0) spec.cgroup_id = maps::InterfaceSandboxId(hi.ifindex);
   }
   const std::string netns = flags.netns.empty() ? default_netns : flags.netns;
   if (netns.empty()) return spec;

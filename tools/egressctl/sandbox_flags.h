@@ -17,6 +17,8 @@ absl::Status ParseDnsEndpoints(const SandboxFlags& flags, control::SandboxSpec& 
 
 // The spec of cgroup `path` (id `cgroup_id`), its netns from flags.netns or,
 // when that is empty, `default_netns` (run: egressctl's own); "" for none.
+// No cgroup (`cgroup_id` 0, `path` ""): the sandbox of flags.interface or
+// flags.interface_netns, named by its interface sandbox id.
 absl::StatusOr<control::SandboxSpec> MakeSandboxSpec(const SandboxFlags& flags, const std::string& path,
                                                      uint64_t cgroup_id, const std::string& default_netns);
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "loader/loader.h"
+#include "maps/if_sandbox_table.h"
 #include "maps/lpm_keys.h"
 #include "maps/map_census.h"
 #include "maps/policy_store.h"
@@ -44,6 +45,8 @@ absl::StatusOr<nlohmann::json> NodeStatusJson(const Paths& paths, const maps::Pi
                             {"kind", c.value.kind == EGR_CG_SANDBOX ? "sandbox" : "contained-root"},
                             {"policy_id", c.value.policy_id}});
     if (c.value.kind == EGR_CG_SANDBOX) put_mode(j["cgroups"].back(), policy_flags[c.value.policy_id]);
+    // Registered by interface alone: its id is no cgroup's (if_sandbox_table.h).
+    if (maps::IsInterfaceSandboxId(c.cgroup_id)) j["cgroups"].back()["interface_only"] = true;
   }
   j["policies"] = nlohmann::json::array();
   for (const auto& p : policies) {

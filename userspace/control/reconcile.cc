@@ -4,13 +4,16 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "loader/tc_attach.h"
 #include "maps/dns_endpoints.h"
+#include "maps/if_sandbox_table.h"
 #include "maps/pinned_maps.h"
 #include "maps/policy_store.h"
 #include "maps/sandbox_table.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/cgroup_tree.h"
 #include "userspace/control/sandbox_record.h"
+#include "userspace/net/sandbox_interface.h"
 
 namespace egressd::control {
 namespace {
@@ -132,11 +135,65 @@ absl::StatusOr<uint32_t> ReconcileDns(const Paths& paths, const maps::SandboxTab
   return fixed;
 }
 
+// The record of sandbox `id` in `records`, if any.
+const SandboxRecord* RecordOf(const std::vector<SandboxRecord>& records, uint64_t id) {
+  for (const auto& r : records) {
+    if (r.cgroup_id == id) return &r;
+  }
+  return nullptr;
+}
+
+// egr_ifsbox_v1 after the records and sandbox entries are settled (see the
+// header): returns the number of entries collected or re-pointed.
+absl::StatusOr<uint32_t> ReconcileInterfaces(const Paths& paths, const maps::SandboxTable& table,
+                                             const SandboxRecords& records) {
+  EGR_ASSIGN_OR_RETURN(auto ifs, maps::IfSandboxTable::Open(paths.pin_root));
+  EGR_ASSIGN_OR_RETURN(auto entries, ifs.List());
+  EGR_ASSIGN_OR_RETURN(auto all, records.List());
+  uint32_t fixed = 0;
+  for (const auto& e : entries) {
+    const SandboxRecord* r = RecordOf(all, e.value.sandbox_id);
+    EGR_ASSIGN_OR_RETURN(auto m, table.Get(e.value.sandbox_id));
+    const bool sandbox = m && m->kind == EGR_CG_SANDBOX;
+    if (!net::InterfaceExists(e.ifindex, r && r->ifindex == e.ifindex ? r->interface : "")) {
+      spdlog::info("interface {} (sandbox {}) no longer exists: its egr_ifsbox_v1 entries go", e.ifindex,
+                   e.value.sandbox_id);
+    } else if (!sandbox) {
+      spdlog::info("interface {}: judged for sandbox {}, which has no sandbox entry: detached", e.ifindex,
+                   e.value.sandbox_id);
+      EGR_RETURN_IF_ERROR(DetachTcIngress(e.ifindex));
+    } else if (m->policy_id != e.value.policy_id) {
+      spdlog::info("interface {}: policy {:#x}, its sandbox {}'s is {:#x}: re-pointed", e.ifindex, e.value.policy_id,
+                   e.value.sandbox_id, m->policy_id);
+      EGR_RETURN_IF_ERROR(ifs.Set(e.ifindex, *m));
+      ++fixed;
+      continue;
+    } else {
+      continue;
+    }
+    EGR_RETURN_IF_ERROR(ifs.Remove(e.ifindex));
+    EGR_RETURN_IF_ERROR(ifs.RemovePod(e.ifindex));
+    ++fixed;
+  }
+  // A sandbox with a cgroup too keeps it, without the interface it lost.
+  for (SandboxRecord r : all) {
+    if (!r.ifindex || maps::IsInterfaceSandboxId(r.cgroup_id) || net::InterfaceExists(r.ifindex, r.interface)) continue;
+    spdlog::info("cgroup {}: its interface {} ({}) vanished: the record forgets it", r.cgroup_id, r.interface,
+                 r.ifindex);
+    r.note = absl::StrCat("reconciled: its interface ", r.interface, " vanished");
+    r.interface.clear();
+    r.ifindex = 0;
+    EGR_RETURN_IF_ERROR(records.Write(r));
+  }
+  return fixed;
+}
+
 }  // namespace
 
 bool ReconcileReport::changed() const {
   return records_dropped + records_reverted + records_repaired + records_created + records_quarantined + dead_cgroups +
-             refcounts_fixed + headers_collected + keys_collected + dns_endpoints_fixed >
+             refcounts_fixed + headers_collected + keys_collected + dns_endpoints_fixed + dead_interfaces +
+             interface_entries_fixed >
          0;
 }
 
@@ -166,6 +223,24 @@ absl::StatusOr<ReconcileReport> Reconcile(const Paths& paths, const InstanceLock
     }
     for (const auto& [cg, m] : s.entries) {
       if (m.kind != EGR_CG_SANDBOX) continue;
+      if (maps::IsInterfaceSandboxId(cg)) {
+        // No cgroup: it lives as long as its interface (its pod's veth).
+        const uint32_t ifindex = maps::IfindexOfInterfaceSandbox(cg);
+        const SandboxRecord* r = RecordOf(s.records, cg);
+        if (net::InterfaceExists(ifindex, r ? r->interface : "")) continue;
+        spdlog::info("sandbox {}: its interface {} ({}) no longer exists: its sandbox entry and record go", cg,
+                     r ? r->interface : "?", ifindex);
+        EGR_ASSIGN_OR_RETURN(auto ifs, maps::IfSandboxTable::Open(paths.pin_root));
+        EGR_ASSIGN_OR_RETURN(auto held, ifs.Get(ifindex));
+        if (held && held->sandbox_id == cg) {
+          EGR_RETURN_IF_ERROR(ifs.Remove(ifindex));
+          EGR_RETURN_IF_ERROR(ifs.RemovePod(ifindex));
+        }
+        EGR_RETURN_IF_ERROR(table.Remove(cg));
+        EGR_RETURN_IF_ERROR(records.Remove(cg));
+        ++report.dead_interfaces;
+        continue;
+      }
       EGR_ASSIGN_OR_RETURN(bool alive, CgroupExists(cg));
       if (alive) continue;
       spdlog::info("cgroup {} no longer exists: its sandbox entry and record go", cg);
@@ -209,6 +284,7 @@ absl::StatusOr<ReconcileReport> Reconcile(const Paths& paths, const InstanceLock
   }
   EGR_ASSIGN_OR_RETURN(report.keys_collected, store.CollectOrphanKeys());
   EGR_ASSIGN_OR_RETURN(report.dns_endpoints_fixed, ReconcileDns(paths, table, records));
+  EGR_ASSIGN_OR_RETURN(report.interface_entries_fixed, ReconcileInterfaces(paths, table, records));
   return report;
 }
 

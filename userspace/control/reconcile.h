@@ -19,7 +19,14 @@
 //   - M points elsewhere: R takes M's id, with the policy of another
 //     consistent record judged by that id if one exists, else none.
 //   - C no longer exists (its cgroup was removed): no process can run in it,
-//     so M and R go.
+//     so M and R go.  A sandbox registered by interface alone (C an
+//     interface sandbox id, maps/if_sandbox_table.h) is dead when its
+//     interface is: no ifindex of C's, or one of another name than R's (its
+//     pod went with its veth); M, R and its egr_ifsbox_v1 entries go.
+// egr_ifsbox_v1 follows egr_cgroups_v1: an interface that vanished loses its
+// entries (and a record naming it its interface); an entry whose sandbox has
+// no entry is detached and goes (a remove did, or a register never landed);
+// one pointing at another policy than its sandbox's entry is pointed there.
 // A record file that does not parse is moved aside (<id>.json.corrupt).
 // DNS endpoints (egr_dns_v1, egr_dnsep_v1) follow the records: each sandbox
 // gets the endpoint its record names, every other endpoint and guard goes.
@@ -52,6 +59,8 @@ struct ReconcileReport {
   uint32_t headers_collected = 0;  // no sandbox pointed at them
   uint32_t keys_collected = 0;     // their policy id had no header
   uint32_t dns_endpoints_fixed = 0;  // an endpoint not as the records say
+  uint32_t dead_interfaces = 0;      // interface-only sandboxes whose interface vanished
+  uint32_t interface_entries_fixed = 0;  // egr_ifsbox_v1 entries collected or re-pointed
   bool changed() const;
 };
 

@@ -237,7 +237,7 @@ static absl::Status PointInterface(const Paths& paths, uint64_t cg, maps::Policy
     EGR_RETURN_IF_ERROR(table.RemoveDnsNotes(old_ifindex));
   }
   if (!ifindex) return absl::OkStatus();
-  EGR_RETURN_IF_ERROR(table.SetPod(ifindex, sandbox.pod_mac, sandbox.pod_addrs));
+  if (!sandbox.keep_interface) EGR_RETURN_IF_ERROR(table.SetPod(ifindex, sandbox.pod_mac, sandbox.pod_addrs));
   EGR_RETURN_IF_ERROR(table.Set(ifindex, egr_cgroup_val{.kind = EGR_CG_SANDBOX, .policy_id = id, .sandbox_id = cg}));
   return AttachTcPrograms(paths, ifindex);
 }
@@ -282,9 +282,35 @@ absl::Status Registry::Locked(Fn fn) {
   return s;
 }
 
-absl::Status Registry::Register(const SandboxSpec& sandbox, const policy::CompiledPolicy& p) {
+absl::Status Registry::Register(const SandboxSpec& requested, const policy::CompiledPolicy& p) {
   return Locked([&](Env env) -> absl::Status {
+    SandboxSpec kept;
+    if (requested.keep_interface) {
+      EGR_ASSIGN_OR_RETURN(const std::optional<SandboxRecord> r, OwnRecord(env.records, requested.cgroup_id));
+      kept = requested;
+      kept.interface = r ? r->interface : "";
+      kept.ifindex = r ? r->ifindex : 0;
+    }
+    const SandboxSpec& sandbox = requested.keep_interface ? kept : requested;
     const uint64_t cg = sandbox.cgroup_id;
+    // A sandbox without a cgroup is named by its interface (one id per
+    // interface, maps/if_sandbox_table.h), and one interface carries one
+    // sandbox: the tc program can judge it by one policy only.
+    if (maps::IsInterfaceSandboxId(cg) &&
+        (sandbox.ifindex == 0 || maps::InterfaceSandboxId(sandbox.ifindex) != cg)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sandbox id ", cg, " is an interface sandbox's, not that of interface ", sandbox.ifindex));
+    }
+    if (sandbox.ifindex) {
+      EGR_ASSIGN_OR_RETURN(auto ifs, maps::IfSandboxTable::Open(paths_.pin_root));
+      EGR_ASSIGN_OR_RETURN(auto held, ifs.Get(sandbox.ifindex));
+      if (held && held->sandbox_id != cg) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "interface \"", sandbox.interface, "\" is judged for sandbox ", held->sandbox_id,
+            maps::IsInterfaceSandboxId(held->sandbox_id) ? " (registered by interface only)" : "",
+            " already: remove that registration first; nothing was changed"));
+      }
+    }
     EGR_ASSIGN_OR_RETURN(auto old, env.table.Get(cg));
     EGR_ASSIGN_OR_RETURN(const std::optional<SandboxRecord> old_record, OwnRecord(env.records, cg));
     const bool flip = old && old->kind == EGR_CG_SANDBOX;

@@ -55,6 +55,10 @@ struct SandboxSpec {
   // Its sources for anti-spoofing there (net::HostInterface); none: unchecked.
   std::vector<net::IpAddr> pod_addrs;
   std::optional<std::array<uint8_t, 6>> pod_mac;
+  // A recompile (the daemon's config reload): the interface the record names
+  // stays, its pod entries untouched, judged by the new policy; the fields
+  // above are then ignored.
+  bool keep_interface = false;
 };
 
 // The ports DNS endpoints are allocated from, one per sandbox of a node (the

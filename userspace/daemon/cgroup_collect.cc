@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "maps/if_sandbox_table.h"
 #include "userspace/audit/lifecycle.h"
 #include "userspace/common/cgroup_tree.h"
 #include "userspace/control/registry.h"
@@ -30,6 +31,8 @@ void Daemon::CollectVanished(uint64_t cgroup_id) {
   TrimAfterStop();
     return;
   }
+  // No cgroup (registered by interface alone): never collected as one.
+  if (maps::IsInterfaceSandboxId(cgroup_id)) return;
   // The watch said so; the kernel must agree before anything goes.
   if (auto exists = CgroupExists(cgroup_id); !exists.ok() || *exists) {
     spdlog::warn("cgroup {}: reported removed but {}: kept", cgroup_id,

@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "maps/if_sandbox_table.h"
 #include "userspace/common/cgroup_tree.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/node.h"
@@ -62,6 +63,10 @@ void CgroupGoneWatch::WatchRecord(uint64_t cgroup_id) {
 
 void CgroupGoneWatch::Watch(uint64_t cgroup_id, const std::string& cgroup_path) {
   if (by_id_.count(cgroup_id)) return;
+  // A sandbox registered by interface alone has no cgroup to lose: its id
+  // is no cgroup's (it would be found "gone").  Its interface's removal is
+  // collected by the next start's reconcile.
+  if (maps::IsInterfaceSandboxId(cgroup_id)) return;
   const auto slash = cgroup_path.find_last_of('/');
   if (cgroup_path.empty() || slash == std::string::npos || slash == 0) {
     auto e = CgroupExists(cgroup_id);

@@ -366,6 +366,7 @@ Response Daemon::ApplyConfig(policy::DeploymentConfig next, std::optional<policy
       spec.labels = r.labels;
       spec.netns_cookie = r.netns_cookie;
       spec.netns_inode = r.netns_inode;
+      spec.keep_interface = true;  // its veth (and pod entries) as registered
       if (r.dns) {
         spec.dns_addr4 = r.dns->addr4;
         spec.dns_addr6 = r.dns->addr6;

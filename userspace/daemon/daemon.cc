@@ -94,9 +94,10 @@ absl::Status Daemon::Start() {
                                                                .udp_idle_s = deployment_.flows.udp_idle_s}));
     EGR_ASSIGN_OR_RETURN(auto rec, control::Reconcile(paths, lock));
     if (rec.changed()) {
-      spdlog::warn("reconciled: {} record(s) dropped, {} reverted, {} repaired, {} created, {} dead cgroup(s)",
+      spdlog::warn("reconciled: {} record(s) dropped, {} reverted, {} repaired, {} created, {} dead cgroup(s), {} "
+                   "sandbox(es) of vanished interfaces, {} interface entr(ies) fixed",
                    rec.records_dropped, rec.records_reverted, rec.records_repaired, rec.records_created,
-                   rec.dead_cgroups);
+                   rec.dead_cgroups, rec.dead_interfaces, rec.interface_entries_fixed);
     }
   }
   EGR_ASSIGN_OR_RETURN(auto m, maps::PinnedMaps::Open(paths.pin_root));

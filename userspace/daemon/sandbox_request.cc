@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "userspace/control/sandbox_runtime.h"
 #include "userspace/daemon/pod_cgroup.h"
 
 namespace egressd::daemon {
@@ -130,11 +131,16 @@ absl::StatusOr<SandboxRequest> ParseSandboxRequest(const std::string& body) {
   SandboxRequest out;
   if (auto c = r.String("cgroup")) out.cgroup = *c;
   if (auto u = r.String("pod_uid")) out.pod_uid = *u;
+  if (auto v = r.String("interface")) out.interface = *v;
+  if (auto v = r.String("interface_netns")) out.interface_netns = *v;
   if (!out.cgroup.empty() && !out.pod_uid.empty()) {
     r.Error("cgroup", absl::StrCat(Quote(out.cgroup), " and pod_uid ", Quote(out.pod_uid),
                                    " are both given: exactly one of them names the sandbox"));
   } else if (out.cgroup.empty() && out.pod_uid.empty()) {
-    r.Error("cgroup", "is required, or pod_uid: the sandbox's cgroup v2 directory, or its Kubernetes pod UID");
+    if (!out.by_interface()) {
+      r.Error("cgroup", "is required, or pod_uid, interface or interface_netns: the sandbox's cgroup v2 "
+                        "directory, its Kubernetes pod UID, or the node end of its pod's veth");
+    }
   } else if (!out.cgroup.empty() && out.cgroup[0] != '/') {
     r.Error("cgroup", absl::StrCat(Quote(out.cgroup), " must be an absolute path"));
   } else if (!out.pod_uid.empty()) {
@@ -155,8 +161,14 @@ absl::StatusOr<SandboxRequest> ParseSandboxRequest(const std::string& body) {
   if (auto v = r.String("dns_endpoint4")) out.dns_endpoint4 = *v;
   if (auto v = r.String("dns_endpoint6")) out.dns_endpoint6 = *v;
   out.require_socket_containment = r.Bool("require_socket_containment");
-  if (auto v = r.String("interface")) out.interface = *v;
-  if (auto v = r.String("interface_netns")) out.interface_netns = *v;
+  if (auto v = r.String("sandbox_runtime")) out.sandbox_runtime = *v;
+  if (auto hint = control::ParseRuntimeHint(out.sandbox_runtime, "field sandbox_runtime"); !hint.ok()) {
+    r.Error("sandbox_runtime", std::string(absl::StripPrefix(hint.status().message(), "field sandbox_runtime ")));
+  } else if (auto s = control::CheckRuntimeRegistration(*hint, out.by_interface(), "field sandbox_runtime",
+                                                        "field interface or interface_netns");
+             !s.ok()) {
+    r.Error("sandbox_runtime", std::string(absl::StripPrefix(s.message(), "field sandbox_runtime ")));
+  }
   if (!out.interface.empty() && !out.interface_netns.empty()) {
     r.Error("interface_netns", "and field interface: give one of the two");
   }
@@ -202,6 +214,7 @@ nlohmann::json ToJson(const SandboxRequest& r) {
   if (r.require_socket_containment) j["require_socket_containment"] = true;
   if (!r.interface.empty()) j["interface"] = r.interface;
   if (!r.interface_netns.empty()) j["interface_netns"] = r.interface_netns;
+  if (!r.sandbox_runtime.empty()) j["sandbox_runtime"] = r.sandbox_runtime;
   return j;
 }
 

@@ -31,7 +31,8 @@ inline std::optional<std::string> ApiIdOf(const control::SandboxRecord& r) {
 
 struct SandboxRequest {
   std::string cgroup;                 // cgroup v2 directory (absolute path), or
-  std::string pod_uid;                // a Kubernetes pod UID (pod_cgroup.h): exactly one of the two
+  std::string pod_uid;                // a Kubernetes pod UID (pod_cgroup.h): at most one of the two,
+                                      // none only with interface/interface_netns (an interface-only sandbox)
   control::Labels labels;             // pod, namespace, task, run, ...
   std::optional<std::string> task;    // task declaration (YAML or JSON text)
   std::optional<std::string> runtime; // runtime declaration
@@ -47,6 +48,11 @@ struct SandboxRequest {
   // Judged at the node end of its pod's veth too (issue 17): by name, or the
   // one veth of this netns; at most one of the two.
   std::string interface, interface_netns;
+  // The runtime running it (control/sandbox_runtime.h): one that sends from
+  // its own stack (gvisor, kata, firecracker) needs interface/interface_netns.
+  std::string sandbox_runtime;
+  bool by_interface() const { return !interface.empty() || !interface_netns.empty(); }
+  bool interface_only() const { return cgroup.empty() && pod_uid.empty() && by_interface(); }
 };
 
 // A sandbox id: 1 to 63 of [A-Za-z0-9._-], starting with a letter or digit

@@ -18,6 +18,7 @@
 #include "loader/loader.h"
 #include "loader/probe.h"
 #include "maps/egressd_abi.h"
+#include "maps/if_sandbox_table.h"
 #include "maps/lpm_keys.h"
 #include "maps/sandbox_table.h"
 #include "userspace/audit/lifecycle.h"
@@ -79,6 +80,9 @@ nlohmann::json Daemon::SandboxJson(const control::SandboxRecord& r) {
   j["id"] = id ? nlohmann::json(*id) : nlohmann::json(nullptr);
   j["cgroup"] = r.cgroup_path;
   j["cgroup_id"] = r.cgroup_id;
+  // Judged at this interface (too); without a cgroup, the sandbox is its.
+  if (!r.interface.empty()) j["interface"] = r.interface;
+  j["interface_only"] = maps::IsInterfaceSandboxId(r.cgroup_id);
   control::Labels labels = r.labels;
   labels.erase(kIdLabel);
   j["labels"] = labels;
@@ -172,6 +176,10 @@ std::optional<Response> Daemon::CheckNode(const std::string& id, const SandboxRe
         "the policy names hosts but this daemon has no dns.upstreams in its config: no name could be resolved "
         "for the sandbox; nothing was changed"));
   }
+  // The packet-socket rule is a cgroup's (lib/lsm_socket.h): a sandbox
+  // registered by interface alone has no cgroup and needs no bpf LSM, since
+  // every frame its pod sends is judged at its veth.
+  if (req.interface_only()) return std::nullopt;
   if (absl::Status s = RequireSocketContainment(options_.paths); !s.ok()) {
     if (!absl::IsFailedPrecondition(s)) return FromStatus(s);
     if (req.require_socket_containment || !options_.accept_uncontained) {
@@ -189,16 +197,21 @@ Response Daemon::Apply(const std::string& id, const SandboxRequest& req) {
   control::SandboxSpec& spec = p.spec;
   spec.cgroup_path = req.cgroup;
   std::vector<std::string>& bad = p.bad;
-  auto cgid = CgroupIdOf(req.cgroup);
-  if (!cgid.ok()) {
-    if (absl::IsNotFound(cgid.status()) || absl::IsInvalidArgument(cgid.status())) {
-      bad.push_back(absl::StrCat("field cgroup ", cgid.status().message()));
-    } else {
-      return FromStatus(cgid.status());
+  // Registered by interface alone: its id is its interface's (no cgroup),
+  // set once the interface is found.
+  absl::StatusOr<uint64_t> cgid = uint64_t{0};
+  if (!req.interface_only()) {
+    cgid = CgroupIdOf(req.cgroup);
+    if (!cgid.ok()) {
+      if (absl::IsNotFound(cgid.status()) || absl::IsInvalidArgument(cgid.status())) {
+        bad.push_back(absl::StrCat("field cgroup ", cgid.status().message()));
+      } else {
+        return FromStatus(cgid.status());
+      }
+    } else if (auto s = CheckDepth(req.cgroup); !s.ok()) {
+      if (!absl::IsInvalidArgument(s)) return FromStatus(s);
+      bad.emplace_back(s.message());
     }
-  } else if (auto s = CheckDepth(req.cgroup); !s.ok()) {
-    if (!absl::IsInvalidArgument(s)) return FromStatus(s);
-    bad.emplace_back(s.message());
   }
   if (!req.interface.empty() || !req.interface_netns.empty()) {
     auto hi = req.interface.empty() ? net::HostInterfaceOfNetns(req.interface_netns, "field interface_netns")
@@ -215,20 +228,25 @@ Response Daemon::Apply(const std::string& id, const SandboxRequest& req) {
     }
   }
   if (!bad.empty()) return FromStatus(absl::InvalidArgumentError(absl::StrJoin(bad, "\n")));
+  if (req.interface_only()) cgid = maps::InterfaceSandboxId(spec.ifindex);
   spec.cgroup_id = *cgid;
-  // One id, one cgroup.
+  // One id, one cgroup (or interface).
   auto existing = Find(id);
   if (!existing.ok()) return FromStatus(existing.status());
   if (*existing && (*existing)->cgroup_id != *cgid) {
-    return FromStatus(absl::AlreadyExistsError(absl::StrCat("sandbox ", id, " is registered for cgroup ",
-                                                            (*existing)->cgroup_path, ": DELETE it first")));
+    const control::SandboxRecord& e = **existing;
+    return FromStatus(absl::AlreadyExistsError(absl::StrCat(
+        "sandbox ", id, " is registered for ",
+        e.cgroup_path.empty() ? absl::StrCat("interface ", e.interface) : absl::StrCat("cgroup ", e.cgroup_path),
+        ": DELETE it first")));
   }
   auto current = records_->Load(*cgid);
   if (!current.ok()) return FromStatus(current.status());
   if (*current && ApiIdOf(**current) != id) {
     auto other = ApiIdOf(**current);
     return FromStatus(absl::AlreadyExistsError(absl::StrCat(
-        "cgroup ", req.cgroup, " is registered ",
+        req.interface_only() ? absl::StrCat("interface ", spec.interface) : absl::StrCat("cgroup ", req.cgroup),
+        " is registered ",
         other ? absl::StrCat("as sandbox ", *other) : std::string("without an API id (egressctl sandbox add)"),
         ": remove that registration first")));
   }
@@ -245,7 +263,9 @@ Response Daemon::Apply(const std::string& id, const SandboxRequest& req) {
   failed_.erase(*cgid);
   const bool created = !current->has_value();
   index_[id] = *cgid;
-  if (created) audit_->Submit(audit::SandboxJson("registered", *cgid, kVia, req.cgroup, spec.labels), *cgid);
+  if (created) audit_->Submit(audit::SandboxJson("registered", *cgid, kVia,
+                                                     req.interface_only() ? "interface " + spec.interface : req.cgroup,
+                                                     spec.labels), *cgid);
   audit_->Submit(audit::PolicyAppliedJson(*cgid, kVia, policy), *cgid);
   auto rec = records_->Load(*cgid);
   if (!rec.ok() || !rec->has_value()) {
@@ -303,7 +323,9 @@ Response Daemon::Delete(const std::string& id) {
   if (resolved_) {
     if (absl::Status s = resolved_->RemoveSandbox(rec.cgroup_id); !s.ok()) spdlog::warn("sandbox {}: {}", id, s.ToString());
   }
-  audit_->Submit(audit::SandboxJson("removed", rec.cgroup_id, kVia, rec.cgroup_path, rec.labels), rec.cgroup_id);
+  audit_->Submit(audit::SandboxJson("removed", rec.cgroup_id, kVia,
+                                    rec.cgroup_path.empty() ? "interface " + rec.interface : rec.cgroup_path,
+                                    rec.labels), rec.cgroup_id);
   return Response{200, {{"deleted", id}, {"cgroup_id", rec.cgroup_id}}};
 }
 

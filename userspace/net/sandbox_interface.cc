@@ -193,4 +193,10 @@ absl::StatusOr<HostInterface> HostInterfaceOfNetns(const std::string& netns_path
                                                  ") is not a veth of the node's network namespace"));
 }
 
+bool InterfaceExists(uint32_t ifindex, const std::string& name) {
+  char buf[IF_NAMESIZE] = {};
+  if (ifindex == 0 || if_indextoname(ifindex, buf) == nullptr) return false;
+  return name.empty() || name == buf;
+}
+
 }  // namespace egressd::net

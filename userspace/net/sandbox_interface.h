@@ -35,4 +35,9 @@ absl::StatusOr<HostInterface> ResolveHostInterface(const std::string& ifname, co
 // thread's netns.  A namespace with no veth, or more than one, is bad input.
 absl::StatusOr<HostInterface> HostInterfaceOfNetns(const std::string& netns_path, const std::string& what);
 
+// Whether the calling thread's netns (the node's) has an interface of index
+// `ifindex` and, when `name` is not empty, of that name (an index a vanished
+// pod's veth had is never taken for it by a new interface of another name).
+bool InterfaceExists(uint32_t ifindex, const std::string& name);
+
 }  // namespace egressd::net

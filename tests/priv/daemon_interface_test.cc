@@ -1,0 +1,206 @@
+// The daemon's PUT of a sandbox by interface alone (issue 17): no cgroup and
+// no pod UID, only `interface` or `interface_netns`.  The sandbox's id is its
+// interface's (maps/if_sandbox_table.h), it is judged at its veth, it needs
+// no bpf LSM (the packet-socket rule is a cgroup's), it survives a kill -9 and
+// a restart (the start's reconcile and the cgroup-removal watch leave it: its
+// interface lives), and DELETE frees the pod.  Bad input is a 400 naming the
+// field and the value, and nothing changes; a `sandbox_runtime` that sends
+// from its own stack (gvisor) without an interface is refused with the reason.
+#include <signal.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "egressd_env.h"
+#include "maps/if_sandbox_table.h"
+#include "userspace/daemon/client.h"
+
+namespace egressd::test {
+namespace {
+
+using namespace std::chrono_literals;
+using lab::Lab;
+using lab::ProbeLine;
+using lab::RunResult;
+using lab::RunSpec;
+
+uint32_t NodeIfindex(const std::string& ifname) {
+  uint32_t idx = 0;
+  std::thread t([&] {
+    int ns = open(Shared().lab().node_netns().c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns >= 0 && setns(ns, CLONE_NEWNET) == 0) idx = if_nametoindex(ifname.c_str());
+    if (ns >= 0) close(ns);
+  });
+  t.join();
+  return idx;
+}
+
+class DaemonInterface : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EGR_REQUIRE_PRIVILEGES();
+    config_ = Shared().runtime_dir() + "-ifonly.yaml";
+    std::ofstream(config_) << "dns:\n  upstreams: [" << lab::kPublicE4 << "]\n";
+    lab().ResetCounters();
+  }
+  void TearDown() override {
+    for (const auto& id : registered_) {
+      if (daemon_) daemon::Call(socket(), "DELETE", "/v1/sandboxes/" + id);
+    }
+    for (const auto& ifname : interfaces_) Shared().Ctl({"sandbox", "remove", "--interface", ifname});
+    if (daemon_) daemon_->Stop();
+    unlink(config_.c_str());
+  }
+  Lab& lab() { return Shared().lab(); }
+  static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+  void StartDaemon() {
+    RunSpec s;
+    s.netns = lab().node_netns();
+    s.env = Shared().CtlEnv();
+    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket()};
+    s.timeout = 10min;
+    auto bg = lab::Start(s);
+    ASSERT_TRUE(bg.ok()) << bg.status();
+    daemon_ = std::move(*bg);
+    auto line = daemon_->ReadOutLine(std::chrono::milliseconds(int(30000 * TimeScale())));
+    ASSERT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << daemon_->err();
+  }
+  void Kill9() {
+    ASSERT_TRUE(daemon_);
+    kill(daemon_->pid(), SIGKILL);
+    daemon_->Wait();
+    daemon_.reset();
+  }
+  daemon::ClientResponse Call(const std::string& method, const std::string& target,
+                              const nlohmann::json& body = {}) {
+    auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : daemon::ClientResponse{};
+  }
+  static nlohmann::json Egress(std::vector<std::string> egress) {
+    for (const char* marker : {lab::kWorldLinkV4, lab::kWorldLinkV6}) egress.push_back(marker);
+    return egress;
+  }
+  std::vector<ProbeLine> InPod(const lab::Pod& pod, const std::vector<std::string>& args) {
+    RunResult r = lab().ProbeIn(pod.netns, args, "", /*hostile=*/true);
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    last_ = r.Describe();
+    return Lines(r);
+  }
+
+  std::string config_;
+  std::optional<lab::Background> daemon_;
+  std::vector<std::string> registered_, interfaces_;
+  std::string last_;
+};
+
+TEST_F(DaemonInterface, PutWithoutCgroupIsJudgedAtTheVethAndSurvivesARestart) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  auto pod = lab().AddPod();
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  const std::string id = absl::StrCat("ifonly-", getpid());
+  const uint64_t sandbox_id = maps::InterfaceSandboxId(NodeIfindex((*pod)->node_ifname));
+  // require_socket_containment holds for it even on a node without the bpf
+  // LSM: the packet-socket rule is a cgroup's, its frames are judged at the veth.
+  auto put = Call("PUT", "/v1/sandboxes/" + id,
+                  {{"interface_netns", (*pod)->netns},
+                   {"egress", Egress({lab::kPublicA4})},
+                   {"sandbox_runtime", "gvisor"},
+                   {"require_socket_containment", true},
+                   {"labels", {{"pod", "ifonly"}}}});
+  ASSERT_EQ(put.status, 201) << put.body.dump();
+  registered_.push_back(id);
+  interfaces_.push_back((*pod)->node_ifname);
+  EXPECT_EQ(put.body["cgroup_id"].get<uint64_t>(), sandbox_id) << put.body.dump();
+  EXPECT_TRUE(put.body["interface_only"].get<bool>()) << put.body.dump();
+  EXPECT_EQ(put.body["interface"], (*pod)->node_ifname) << put.body.dump();
+  EXPECT_EQ(put.body["state"], "enforced") << put.body.dump();
+
+  auto judged = [&](const char* what) {
+    lab().ResetCounters();
+    auto l = InPod(**pod, {"tcp", lab::kPublicA4, "80", "--then", "tcp", lab::kPublicB4, "80", "--timeout-ms", "300"});
+    ASSERT_EQ(l.size(), 2u) << last_;
+    EXPECT_TRUE(Ok(l[0])) << what << ": " << last_;
+    EXPECT_FALSE(Ok(l[1])) << what << ": " << last_;
+    ASSERT_TRUE(lab().Drain((*pod)->netns).ok());
+    EXPECT_EQ(lab().TcpAccepts(lab::kPublicA4, 80), 1u) << what << ": " << lab().CountersSummary();
+    EXPECT_EQ(lab().PacketsTo(lab::kPublicB4), 0u) << what << ": " << lab().CountersSummary();
+  };
+  judged("registered");
+
+  // kill -9 and a restart: the start's reconcile and its cgroup-removal
+  // watch must not take an id that is no cgroup's for a removed cgroup.
+  Kill9();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  auto get = Call("GET", "/v1/sandboxes/" + id);
+  ASSERT_EQ(get.status, 200) << get.body.dump();
+  EXPECT_EQ(get.body["cgroup_id"].get<uint64_t>(), sandbox_id) << get.body.dump();
+  EXPECT_EQ(get.body["state"], "enforced") << get.body.dump();
+  judged("after a restart");
+  // A PUT again (the same interface) flips it; another id cannot take it.
+  auto again = Call("PUT", "/v1/sandboxes/" + id,
+                    {{"interface", (*pod)->node_ifname}, {"egress", Egress({lab::kPublicA4})}});
+  EXPECT_EQ(again.status, 200) << again.body.dump();
+  auto other = Call("PUT", "/v1/sandboxes/" + id + "-other",
+                    {{"interface", (*pod)->node_ifname}, {"egress", Egress({lab::kPublicB4})}});
+  EXPECT_EQ(other.status, 409) << other.body.dump();
+
+  auto del = Call("DELETE", "/v1/sandboxes/" + id);
+  ASSERT_EQ(del.status, 200) << del.body.dump();
+  registered_.clear();
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/" + id).status, 404);
+  auto free_after = InPod(**pod, {"tcp", lab::kPublicB4, "80"});
+  ASSERT_EQ(free_after.size(), 1u) << last_;
+  EXPECT_TRUE(Ok(free_after[0])) << "deleted, the pod is free: " << last_;
+}
+
+TEST_F(DaemonInterface, BadPutIs400NamingTheFieldAndNothingChanges) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  auto cg = lab().MakeCgroup("ifonly-put-bad");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  const std::string ifname = lab().pod(0).node_ifname;
+  struct Case {
+    nlohmann::json body;
+    std::string names;
+  };
+  const std::vector<Case> cases = {
+      {{{"egress", Egress({lab::kPublicA4})}}, "field cgroup: is required, or pod_uid, interface or interface_netns"},
+      {{{"interface", "lo"}, {"egress", Egress({lab::kPublicA4})}}, "field interface \"lo\""},
+      {{{"interface_netns", "/proc/self/status"}, {"egress", Egress({lab::kPublicA4})}},
+       "field interface_netns \"/proc/self/status\""},
+      {{{"interface", ifname}, {"interface_netns", lab().pod(0).netns}, {"egress", Egress({lab::kPublicA4})}},
+       "field interface_netns: and field interface: give one of the two"},
+      {{{"cgroup", *cg}, {"sandbox_runtime", "gvisor"}, {"egress", Egress({lab::kPublicA4})}},
+       "field sandbox_runtime: \"gvisor\": gVisor's network stack"},
+      {{{"interface", ifname}, {"sandbox_runtime", "nosuch"}, {"egress", Egress({lab::kPublicA4})}},
+       "field sandbox_runtime: \"nosuch\" is not a runtime"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto r = Call("PUT", absl::StrCat("/v1/sandboxes/ifonly-bad-", i), cases[i].body);
+    EXPECT_EQ(r.status, 400) << cases[i].body.dump() << " -> " << r.body.dump();
+    std::string quoted = nlohmann::json(cases[i].names).dump();  // as the body's JSON text has it
+    quoted = quoted.substr(1, quoted.size() - 2);
+    EXPECT_NE(r.body.dump().find(quoted), std::string::npos)
+        << "should name " << cases[i].names << ": " << r.body.dump();
+  }
+  auto list = Call("GET", "/v1/sandboxes");
+  ASSERT_EQ(list.status, 200);
+  EXPECT_TRUE(list.body["sandboxes"].empty()) << list.body.dump();
+  auto l = InPod(lab().pod(0), {"tcp", lab::kPublicB4, "80"});
+  ASSERT_EQ(l.size(), 1u) << last_;
+  EXPECT_TRUE(Ok(l[0])) << "nothing attached: " << last_;
+}
+
+}  // namespace
+}  // namespace egressd::test
