@@ -3,7 +3,8 @@
 // interface's (maps/if_sandbox_table.h), it is judged at its veth, it needs
 // no bpf LSM (the packet-socket rule is a cgroup's), it survives a kill -9 and
 // a restart (the start's reconcile and the cgroup-removal watch leave it: its
-// interface lives), and DELETE frees the pod.  Bad input is a 400 naming the
+// interface lives) and a config reload (recompiled, still at its veth), and
+// DELETE frees the pod.  Bad input is a 400 naming the
 // field and the value, and nothing changes; a `sandbox_runtime` that sends
 // from its own stack (gvisor) without an interface is refused with the reason.
 #include <signal.h>
@@ -148,6 +149,18 @@ TEST_F(DaemonInterface, PutWithoutCgroupIsJudgedAtTheVethAndSurvivesARestart) {
   EXPECT_EQ(get.body["cgroup_id"].get<uint64_t>(), sandbox_id) << get.body.dump();
   EXPECT_EQ(get.body["state"], "enforced") << get.body.dump();
   judged("after a restart");
+  // A config reload recompiles it (a new protected range changes every
+  // policy): its interface and pod entries stay, judged by the new policy.
+  std::ofstream(config_) << "dns:\n  upstreams: [" << lab::kPublicE4 << "]\nprotected: [" << lab::kPublicD4
+                         << "/32]\n";
+  auto reload = Call("POST", "/v1/config:reload");
+  ASSERT_EQ(reload.status, 200) << reload.body.dump();
+  std::string outcome;
+  for (const auto& sb : reload.body["sandboxes"]) {
+    if (sb.value("id", nlohmann::json()) == id) outcome = sb.value("outcome", "");
+  }
+  EXPECT_EQ(outcome, "recompiled") << reload.body.dump();
+  judged("after a config reload");
   // A PUT again (the same interface) flips it; another id cannot take it.
   auto again = Call("PUT", "/v1/sandboxes/" + id,
                     {{"interface", (*pod)->node_ifname}, {"egress", Egress({lab::kPublicA4})}});

@@ -156,7 +156,7 @@ TEST_P(GvisorAtVeth, AllowedArrivesDeniedNever) {
   ASSERT_TRUE(pod.ok()) << pod.status();
   std::string cg;
   std::vector<std::string> add = {"sandbox", "add", "--interface-netns", (*pod)->netns, "--sandbox-runtime",
-                                  "gvisor", "--egress", absl::StrCat(lab::kPublicA4, ":80")};
+                                  "gvisor", "--egress", lab::kPublicA4};
   // The lab's Drain markers are the pod's packets too (tc_veth_test.cc).
   for (const char* marker : {lab::kWorldLinkV4, lab::kWorldLinkV6}) add.insert(add.end(), {"--egress", marker});
   if (with_cgroup) {

@@ -83,6 +83,39 @@ TEST(SandboxRequest, InterfaceFieldsParseAndAreExclusive) {
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "field interface: must be a string")) << bad.status();
 }
 
+// Issue 17: an interface alone names a sandbox too; a runtime that sends
+// from its own stack needs one.
+TEST(SandboxRequest, InterfaceAloneAndTheRuntimeHint) {
+  auto only = ParseSandboxRequest(R"({"interface": "veth1", "sandbox_runtime": "gvisor"})");
+  ASSERT_TRUE(only.ok()) << only.status();
+  EXPECT_TRUE(only->interface_only());
+  EXPECT_EQ(ToJson(*only)["sandbox_runtime"], "gvisor");
+  auto ns = ParseSandboxRequest(R"({"interface_netns": "/var/run/netns/p"})");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  EXPECT_TRUE(ns->interface_only());
+  auto both = ParseSandboxRequest(R"({"cgroup": "/sys/fs/cgroup/pods/a", "interface": "veth1"})");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_FALSE(both->interface_only());
+  for (const char* own : {"gvisor", "runsc", "kata", "firecracker"}) {
+    auto r = ParseSandboxRequest(absl::StrCat(R"({"cgroup": "/sys/fs/cgroup/pods/a", "sandbox_runtime": ")", own,
+                                              R"("})"));
+    ASSERT_FALSE(r.ok()) << own;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat("field sandbox_runtime: \"", own, "\"")))
+        << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "field interface or interface_netns")) << r.status();
+  }
+  for (const char* kernel : {"runc", "crun"}) {
+    EXPECT_TRUE(ParseSandboxRequest(absl::StrCat(R"({"cgroup": "/sys/fs/cgroup/pods/a", "sandbox_runtime": ")",
+                                                 kernel, R"("})"))
+                    .ok())
+        << kernel;
+  }
+  auto unknown = ParseSandboxRequest(R"({"interface": "veth1", "sandbox_runtime": "docker"})");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_TRUE(absl::StrContains(unknown.status().message(), "field sandbox_runtime: \"docker\" is not a runtime"))
+      << unknown.status();
+}
+
 TEST(SandboxRequest, BodyMustBeAJsonObjectWithACgroup) {
   EXPECT_TRUE(absl::StrContains(ParseSandboxRequest("not json").status().message(), "not JSON"));
   EXPECT_TRUE(absl::StrContains(ParseSandboxRequest("[1]").status().message(), "JSON object"));
