@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "egressd_env.h"
 #include "maps/if_sandbox_table.h"
 
@@ -229,6 +230,29 @@ TEST_F(TcInterfaceOnly, SandboxWithoutCgroupIsJudgedAtItsVethAndRemovedByInterfa
   auto free_after = InPod(pod, {"tcp", kPublicA4, "80"});
   ASSERT_EQ(free_after.size(), 1u) << last_;
   EXPECT_TRUE(Ok(free_after[0])) << "unregistered, the pod is free: " << last_;
+
+  // The audit trail names it by its id and interface, with no cgroup.
+  RunResult a = Shared().Ctl({"audit"});
+  ASSERT_EQ(a.exit_code, 0) << a.Describe();
+  int registered = 0, removed = 0, applied = 0;
+  for (const auto& line : absl::StrSplit(a.out, '\n', absl::SkipEmpty())) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("sandbox") || !j["sandbox"].is_object()) continue;
+    if (j["sandbox"].value("id", uint64_t{0}) != id) continue;
+    if (j.value("type", "") == "policy" && j.value("event", "") == "applied") ++applied;
+    if (j.value("type", "") != "sandbox") continue;
+    EXPECT_EQ(j["sandbox"].value("interface", ""), pod.node_ifname) << j.dump();
+    EXPECT_FALSE(j["sandbox"].contains("cgroup")) << j.dump();
+    // The first registration's labels (the flip gave none).
+    if (registered == 0 && j.value("event", "") == "registered") {
+      EXPECT_EQ(j["sandbox"].value("labels", nlohmann::json::object()).value("pod", ""), "ifonly") << j.dump();
+    }
+    registered += j.value("event", "") == "registered";
+    removed += j.value("event", "") == "removed";
+  }
+  EXPECT_EQ(registered, 2) << "sandbox add says registered at each add: " << a.out;
+  EXPECT_EQ(removed, 1) << a.out;
+  EXPECT_EQ(applied, 2) << "the registration and its flip: " << a.out;
 }
 
 // The packet-socket rule (lib/lsm_socket.h) is a cgroup's: where the bpf LSM

@@ -187,10 +187,10 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
     if (auto f = ApplyFlowConfig(paths, flags.config); !f.ok()) return Report(f);
   }
   const uint64_t* id = &spec->cgroup_id;
-  const std::string who = cgroup.empty() ? "interface " + spec->interface : cgroup;
   absl::Status s = control::Registry(paths).Register(*spec, *policy);
   if (s.ok()) {
-    audit::WriteOneUserEvent(paths, audit::SandboxJson("registered", *id, "sandbox add", who, spec->labels), *id);
+    audit::WriteOneUserEvent(paths, audit::SandboxJson("registered", *id, "sandbox add", cgroup, spec->labels,
+                                                                    spec->interface), *id);
     audit::WriteOneUserEvent(paths, audit::PolicyAppliedJson(*id, "sandbox add", *policy), *id);
   }
   return Report(s);
@@ -198,7 +198,6 @@ int CmdSandboxAdd(const Paths& paths, const std::string& cgroup, const PolicyFla
 
 int CmdSandboxRemove(const Paths& paths, const std::string& cgroup, const std::string& interface) {
   uint64_t id = 0;
-  std::string who = cgroup;
   if (!cgroup.empty()) {
     auto cg = LoadedCgroupId(paths, cgroup);
     if (!cg.ok()) return Report(cg.status());
@@ -220,13 +219,17 @@ int CmdSandboxRemove(const Paths& paths, const std::string& cgroup, const std::s
       return Report(absl::InvalidArgumentError(
           absl::StrCat("--interface \"", interface, "\" is no registered sandbox's interface")));
     }
-    who = "interface " + interface;
   }
   // The labels, while the record still holds them.
   control::Labels labels;
-  if (auto rec = control::SandboxRecords(paths).Load(id); rec.ok() && rec->has_value()) labels = (*rec)->labels;
+  std::string recorded_interface;
+  if (auto rec = control::SandboxRecords(paths).Load(id); rec.ok() && rec->has_value()) {
+    labels = (*rec)->labels;
+    recorded_interface = (*rec)->interface;
+  }
   absl::Status s = control::Registry(paths).Unregister(id);
-  if (s.ok()) audit::WriteOneUserEvent(paths, audit::SandboxJson("removed", id, "sandbox remove", who, labels), id);
+  if (s.ok()) audit::WriteOneUserEvent(paths, audit::SandboxJson("removed", id, "sandbox remove", cgroup, labels,
+                                                                   recorded_interface), id);
   return Report(s);
 }
 

@@ -29,12 +29,15 @@ nlohmann::json EngineJson(const std::string& event, nlohmann::json details) {
 }
 
 nlohmann::json SandboxJson(const std::string& event, uint64_t sandbox_id, const std::string& via,
-                           const std::string& cgroup_path, const control::Labels& labels) {
+                           const std::string& cgroup_path, const control::Labels& labels,
+                           const std::string& interface) {
   nlohmann::json j = Base("sandbox");
   j["event"] = event;
   j["via"] = via;
   j["sandbox"]["id"] = sandbox_id;
   if (!cgroup_path.empty()) j["sandbox"]["cgroup"] = cgroup_path;
+  // Judged at this interface (too); without a cgroup, the sandbox is its.
+  if (!interface.empty()) j["sandbox"]["interface"] = interface;
   // Left for the exporter to fill in from the record when there are none.
   if (!labels.empty()) {
     j["sandbox"]["labels"] = labels;

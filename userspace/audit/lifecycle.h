@@ -22,7 +22,8 @@ nlohmann::json EngineJson(const std::string& event, nlohmann::json details);
 // `labels` are the sandbox's own (a removed sandbox has no record left to
 // take them from).
 nlohmann::json SandboxJson(const std::string& event, uint64_t sandbox_id, const std::string& via,
-                           const std::string& cgroup_path, const control::Labels& labels);
+                           const std::string& cgroup_path, const control::Labels& labels,
+                           const std::string& interface = "");
 
 // A policy that was applied to a sandbox: its verdict, sizes and hash.
 nlohmann::json PolicyAppliedJson(uint64_t sandbox_id, const std::string& via, const policy::CompiledPolicy& p);

@@ -263,9 +263,8 @@ Response Daemon::Apply(const std::string& id, const SandboxRequest& req) {
   failed_.erase(*cgid);
   const bool created = !current->has_value();
   index_[id] = *cgid;
-  if (created) audit_->Submit(audit::SandboxJson("registered", *cgid, kVia,
-                                                     req.interface_only() ? "interface " + spec.interface : req.cgroup,
-                                                     spec.labels), *cgid);
+  if (created) audit_->Submit(audit::SandboxJson("registered", *cgid, kVia, req.cgroup, spec.labels,
+                                                     spec.interface), *cgid);
   audit_->Submit(audit::PolicyAppliedJson(*cgid, kVia, policy), *cgid);
   auto rec = records_->Load(*cgid);
   if (!rec.ok() || !rec->has_value()) {
@@ -323,9 +322,8 @@ Response Daemon::Delete(const std::string& id) {
   if (resolved_) {
     if (absl::Status s = resolved_->RemoveSandbox(rec.cgroup_id); !s.ok()) spdlog::warn("sandbox {}: {}", id, s.ToString());
   }
-  audit_->Submit(audit::SandboxJson("removed", rec.cgroup_id, kVia,
-                                    rec.cgroup_path.empty() ? "interface " + rec.interface : rec.cgroup_path,
-                                    rec.labels), rec.cgroup_id);
+  audit_->Submit(audit::SandboxJson("removed", rec.cgroup_id, kVia, rec.cgroup_path, rec.labels,
+                                    rec.interface), rec.cgroup_id);
   return Response{200, {{"deleted", id}, {"cgroup_id", rec.cgroup_id}}};
 }
 
