@@ -47,7 +47,12 @@
 /* Deepest cgroup level the sandbox lookup walks (level 0 is the root). */
 #define EGR_MAX_CGROUP_DEPTH 24
 
-/* ---- egr_cgroups_v1: cgroup id -> what egressd knows of that cgroup ---- */
+/* ---- egr_cgroups_v1: cgroup id -> what egressd knows of that cgroup ----
+ * Sandbox ids: a sandbox registered with a cgroup is named by its cgroup id; one
+ * registered by interface alone (issue 17) by 2^63 + its host-side ifindex
+ * (maps/if_sandbox_table.h, InterfaceSandboxId: user space only), a range no
+ * cgroup id reaches.  Its entry here holds its policy reference; no cgroup hook
+ * ever looks that key up. */
 enum egr_cgroup_kind {
 	EGR_CG_SANDBOX = 1,        /* a registered sandbox, judged by policy_id */
 	EGR_CG_CONTAINED_ROOT = 2, /* unregistered descendants get no egress */
