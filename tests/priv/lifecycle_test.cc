@@ -222,6 +222,10 @@ TEST_F(Lifecycle, InstancesOfDeadRunsAreSweptAndLiveOnesKept) {
   RunResult load = CtlAt(stale, {"load"});
   ASSERT_EQ(load.exit_code, 0) << load.Describe();
   ASSERT_TRUE(Exists(stale.pin_root) && Exists(stale.runtime_dir));
+  // A clean node has no default instances directory until some run made one.
+  for (const char* dir : {"/run/egressd", "/run/egressd/instances"}) {
+    ASSERT_TRUE(mkdir(dir, 0700) == 0 || errno == EEXIST) << dir << ": " << strerror(errno);
+  }
   ASSERT_EQ(mkdir(stale_default.c_str(), 0700), 0) << stale_default;
   ASSERT_EQ(CtlAt(live, {"load"}).exit_code, 0);
 

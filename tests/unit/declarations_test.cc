@@ -148,7 +148,7 @@ egressExtraAllow:
             (std::vector<std::string>{
                 "deployment setting \"airgaped\": unknown key; valid: \"airgapped\", "
                 "\"hostedEdge\", \"protected\", \"onDeny\", \"platform\", \"sealedInstalls\", "
-                "\"egressExtraAllow\", \"sandboxExtraEnv\", \"dns\", \"audit\", \"limits\", \"containedRoots\", \"metrics\"",
+                "\"egressExtraAllow\", \"sandboxExtraEnv\", \"dns\", \"audit\", \"limits\", \"flows\", \"containedRoots\", \"metrics\"",
                 "deployment setting \"hostedEdge\": must be true or false, not \"yes\"",
                 "deployment setting \"protected\": must be a list",
                 "deployment setting \"platform.modelgateway\": unknown key; valid: \"api\", "
