@@ -132,7 +132,8 @@ lab::RunSpec Egressd::CtlSpec(const std::string& netns, std::vector<std::string>
   spec.argv = std::move(argv);
   spec.netns = netns;
   spec.env = CtlEnv();
-  spec.timeout = std::chrono::milliseconds(30000);
+  // A load verifies every program: seconds on a host, far more in a TCG guest.
+  spec.timeout = std::chrono::milliseconds(static_cast<int64_t>(30000 * TimeScale()));
   return spec;
 }
 
@@ -154,7 +155,8 @@ lab::RunResult Egressd::CtlAt(const lab::Lab& lab, const InstanceDirs& dirs,
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
   spec.netns = lab.node_netns();
   spec.env["EGRESSD_NODE_NETNS"] = lab.node_netns();
-  spec.timeout = std::chrono::milliseconds(30000);
+  // A load verifies every program: seconds on a host, far more in a TCG guest.
+  spec.timeout = std::chrono::milliseconds(static_cast<int64_t>(30000 * TimeScale()));
   return lab::Run(spec);
 }
 
