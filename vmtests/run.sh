@@ -13,10 +13,10 @@
 #                  [--install-only] [--keep] [--quiet]
 #
 # --guests N splits the binaries over N guests booted side by side (each -smp,
-# -m as given), balanced by vmtests/weights; auto: 2 where the host has 2+
-# CPUs and the memory for both, else 1.  Under TCG a guest is mostly waiting
-# (timeouts, sleeps; each binary's guest CPU share is in the summary), so two
-# finish well before one.  --install-only installs the host packages and exits.
+# -m as given), balanced by vmtests/weights; auto: 3 where the host has 2+
+# CPUs and the memory for three (else 2, else 1).  Under TCG a guest is mostly waiting
+# (timeouts, sleeps; each binary's guest CPU share is in the summary), so three
+# finish before two.  --install-only installs the host packages and exits.
 # The console log stays in build/vmtests/<kernel release>/console.log (with
 # several guests: console-gN.log each, and console.log their concatenation).
 # Exit status: 0 all tests passed; 1 a test failed, or the guest crashed, hung
@@ -168,14 +168,17 @@ for t in $tests; do
 done
 
 # ---- guests ----------------------------------------------------------------------------
-# How many: auto is 2 on a host with 2+ CPUs whose available memory holds both
-# guests (plus 1 GiB for the host), else 1.
+# How many: auto is 3 on a host with 2+ CPUs whose available memory holds three
+# guests (plus 1 GiB for the host), else 2 where it holds two, else 1.  Three on
+# two CPUs: under TCG a guest's vCPU is idle about half the time (its tests wait
+# on timers, dig's timeouts, the lab's servers), so a third guest fills it.
 if [[ $mem =~ ^[0-9]+$ ]]; then mem_mib=$mem   # qemu's -m without a suffix is MiB
 else mem_mib=$(($(numfmt --from=iec "${mem%B}" 2>/dev/null || echo 0) / 1048576)); fi
 if [[ $guests == auto ]]; then
   avail_mib=$(awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo)
   guests=1
   if (($(nproc) >= 2 && avail_mib >= 2 * mem_mib + 1024)); then guests=2; fi
+  if (($(nproc) >= 2 && avail_mib >= 3 * mem_mib + 1024)); then guests=3; fi
 fi
 n_tests=$(wc -w <<<"$tests")
 ((guests <= n_tests)) || guests=$((n_tests > 0 ? n_tests : 1))
