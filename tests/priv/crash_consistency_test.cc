@@ -52,7 +52,7 @@ class CrashConsistency : public testing::Test {
     spec.netns = Shared().lab().node_netns();
     spec.env["EGRESSD_NODE_NETNS"] = Shared().lab().node_netns();
     if (!crash_at.empty()) spec.env["EGRESSD_CRASH_AT"] = crash_at;
-    spec.timeout = milliseconds(30000);
+    spec.timeout = milliseconds(static_cast<int64_t>(30000 * TimeScale()));  // a load verifies every program
     return lab::Run(spec);
   }
   static json Status() {

@@ -109,7 +109,7 @@ class RunContainment : public testing::Test {
     spec.argv.insert(spec.argv.end(), cmd.begin(), cmd.end());
     spec.netns = lab().node_netns();
     spec.env = Shared().CtlEnv();
-    spec.timeout = std::chrono::milliseconds(30000);
+    spec.timeout = std::chrono::milliseconds(static_cast<int64_t>(30000 * TimeScale()));
     last_ = lab::Run(spec);
     return last_;
   }
