@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "daemon_harness.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
 #include "maps/egressd_abi.h"
@@ -63,16 +64,9 @@ class DaemonCaps : public ::testing::Test {
                            << "\n  maxAddressesPerName: 4\n"
                            << "limits:\n  maxCidrEntriesPerSandbox: 2\n  maxCidr6EntriesPerSandbox: 1\n"
                            << "  maxNamesPerSandbox: 1\n";
-    RunSpec s;
-    s.netns = lab.node_netns();
-    s.env = Shared().CtlEnv();
-    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", Socket()};
-    s.timeout = 10min;
-    auto bg = lab::Start(s);
-    ASSERT_TRUE(bg.ok()) << bg.status();
-    daemon_ = new lab::Background(std::move(*bg));
-    auto line = daemon_->ReadOutLine(std::chrono::milliseconds(int(30000 * TimeScale())));
-    ASSERT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << daemon_->err();
+    auto d = StartDaemonProcess(config_);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = new lab::Background(std::move(*d));
   }
   static void TearDownTestSuite() {
     if (daemon_) daemon_->Stop();
@@ -93,12 +87,10 @@ class DaemonCaps : public ::testing::Test {
     }
   }
   Lab& lab() { return Shared().lab(); }
-  static std::string Socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+  static std::string Socket() { return DaemonSocket(); }
 
   daemon::ClientResponse Call(const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
-    auto r = daemon::Call(Socket(), method, target, body.is_null() ? "" : body.dump());
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : daemon::ClientResponse{};
+    return CallDaemon(method, target, body);
   }
   std::string NewCgroup() {
     static int n = 0;

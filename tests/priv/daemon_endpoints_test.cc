@@ -34,6 +34,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "daemon_harness.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
 #include "maps/dns_endpoints.h"
@@ -73,25 +74,15 @@ class DaemonEndpoints : public ::testing::Test {
     if (daemon_) daemon_->Stop();
   }
   Lab& lab() { return Shared().lab(); }
-  static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+  static std::string socket() { return DaemonSocket(); }
 
   void StartDaemon() {
-    RunSpec s;
-    s.netns = lab().node_netns();
-    s.env = Shared().CtlEnv();
-    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket(),
-              "--metrics-address", absl::StrCat(kNodeAddr, ":", port_), "--accept-uncontained-packet-sockets"};
-    s.timeout = 10min;
-    auto bg = lab::Start(s);
-    ASSERT_TRUE(bg.ok()) << bg.status();
-    daemon_ = std::move(*bg);
-    auto line = daemon_->ReadOutLine(std::chrono::milliseconds(int(30000 * TimeScale())));
-    ASSERT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << daemon_->err();
+    auto d = StartDaemonProcess(config_, {"--metrics-address", absl::StrCat(kNodeAddr, ":", port_), "--accept-uncontained-packet-sockets"}, std::chrono::milliseconds(30000));
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
   }
   daemon::ClientResponse Call(const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
-    auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : daemon::ClientResponse{};
+    return CallDaemon(method, target, body);
   }
   std::string Put(const std::string& id, nlohmann::json body) {
     static int n = 0;

@@ -37,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon_harness.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
 #include "userspace/daemon/client.h"
@@ -90,7 +91,7 @@ class DaemonHandover : public ::testing::Test {
     if (!stop_file_.empty()) unlink(stop_file_.c_str());
   }
   Lab& lab() { return Shared().lab(); }
-  static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+  static std::string socket() { return DaemonSocket(); }
 
   // An egressd as the DaemonSet runs it: same config, socket and mounts.
   std::optional<lab::Background> StartDaemon() {
@@ -108,9 +109,7 @@ class DaemonHandover : public ::testing::Test {
     return std::move(*bg);
   }
   daemon::ClientResponse Call(const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
-    auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : daemon::ClientResponse{};
+    return CallDaemon(method, target, body);
   }
   bool WaitFor(const std::function<bool()>& cond, int ms) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int(ms * TimeScale()));

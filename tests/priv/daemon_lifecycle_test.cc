@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon_harness.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
 #include "maps/dns_endpoints.h"
@@ -79,20 +80,12 @@ class DaemonLifecycle : public ::testing::Test {
     if (daemon_) daemon_->Stop();
   }
   Lab& lab() { return Shared().lab(); }
-  static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+  static std::string socket() { return DaemonSocket(); }
 
   void StartDaemon(const std::vector<std::string>& extra = {}) {
-    RunSpec s;
-    s.netns = lab().node_netns();
-    s.env = Shared().CtlEnv();
-    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket()};
-    s.argv.insert(s.argv.end(), extra.begin(), extra.end());
-    s.timeout = 10min;
-    auto bg = lab::Start(s);
-    ASSERT_TRUE(bg.ok()) << bg.status();
-    daemon_ = std::move(*bg);
-    auto line = daemon_->ReadOutLine(std::chrono::milliseconds(int(60000 * TimeScale())));
-    ASSERT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << daemon_->err();
+    auto d = StartDaemonProcess(config_, extra, std::chrono::milliseconds(60000));
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
   }
   void Kill9() {
     ASSERT_TRUE(daemon_);
@@ -102,9 +95,7 @@ class DaemonLifecycle : public ::testing::Test {
     daemon_.reset();
   }
   daemon::ClientResponse Call(const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
-    auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : daemon::ClientResponse{};
+    return CallDaemon(method, target, body);
   }
   // readyz until 200 or a deadline: right after a start its DNS self-test
   // may still be pending (503 "pending"), which is not a failure.

@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon_harness.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
 #include "userspace/daemon/client.h"
@@ -78,7 +79,7 @@ class DaemonReload : public ::testing::Test {
     unlink(config_.c_str());
   }
   Lab& lab() { return Shared().lab(); }
-  static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+  static std::string socket() { return DaemonSocket(); }
 
   // The lab's DNS settings, then `extra` (top-level keys).
   void WriteConfig(const std::string& extra) {
@@ -86,21 +87,12 @@ class DaemonReload : public ::testing::Test {
                            << "\n  endpoint6: " << lab::kPodGatewayV6 << "\n" << extra;
   }
   void StartDaemon() {
-    RunSpec s;
-    s.netns = lab().node_netns();
-    s.env = Shared().CtlEnv();
-    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket()};
-    s.timeout = 10min;
-    auto bg = lab::Start(s);
-    ASSERT_TRUE(bg.ok()) << bg.status();
-    daemon_ = std::move(*bg);
-    auto line = daemon_->ReadOutLine(std::chrono::milliseconds(int(30000 * TimeScale())));
-    ASSERT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << daemon_->err();
+    auto d = StartDaemonProcess(config_, {}, std::chrono::milliseconds(30000));
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
   }
   daemon::ClientResponse Call(const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
-    auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : daemon::ClientResponse{};
+    return CallDaemon(method, target, body);
   }
   daemon::ClientResponse ApiReload() { return Call("POST", "/v1/config:reload"); }
   // SIGHUP, then the daemon's "reloaded: STATUS BODY" line.

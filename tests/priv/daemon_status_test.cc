@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon_harness.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
 #include "unix_listener.h"
@@ -69,30 +70,17 @@ class DaemonStatus : public ::testing::Test {
     if (daemon_) daemon_->Stop();
   }
   Lab& lab() { return Shared().lab(); }
-  static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+  static std::string socket() { return DaemonSocket(); }
 
   void StartDaemon() {
-    RunSpec s;
-    s.netns = lab().node_netns();
-    s.env = Shared().CtlEnv();
-    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket()};
-    s.timeout = 10min;
-    auto bg = lab::Start(s);
-    ASSERT_TRUE(bg.ok()) << bg.status();
-    daemon_ = std::move(*bg);
-    auto line = daemon_->ReadOutLine(std::chrono::milliseconds(int(30000 * TimeScale())));
-    ASSERT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << daemon_->err();
+    auto d = StartDaemonProcess(config_, {}, std::chrono::milliseconds(30000));
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
   }
   daemon::ClientResponse Call(const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
-    auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : daemon::ClientResponse{};
+    return CallDaemon(method, target, body);
   }
-  nlohmann::json Json(const RunResult& r) {
-    auto j = nlohmann::json::parse(r.out, nullptr, false);
-    EXPECT_TRUE(j.is_object()) << r.Describe();
-    return j.is_object() ? j : nlohmann::json::object();
-  }
+  nlohmann::json Json(const RunResult& r) { return JsonObjectOut(r); }
   // The record of `cgroup` in a status, or null.
   static nlohmann::json RecordOf(const nlohmann::json& st, const std::string& cgroup) {
     for (const auto& r : st.value("records", nlohmann::json::array())) {

@@ -41,6 +41,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon_harness.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
 #include "userspace/daemon/client.h"
@@ -109,22 +110,13 @@ class Daemon : public ::testing::Test {
     if (daemon_) daemon_->Stop();
   }
   Lab& lab() { return Shared().lab(); }
-  static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+  static std::string socket() { return DaemonSocket(); }
 
   // Starts egressd in the node netns and returns once it said ready.
   void StartDaemon(const std::vector<std::string>& extra = {}) {
-    RunSpec s;
-    s.netns = lab().node_netns();
-    s.env = Shared().CtlEnv();
-    s.argv = {lab::BinaryPath("egressd"), "--config", config_override_.empty() ? config_ : config_override_,
-              "--socket", socket()};
-    s.argv.insert(s.argv.end(), extra.begin(), extra.end());
-    s.timeout = 10min;
-    auto bg = lab::Start(s);
-    ASSERT_TRUE(bg.ok()) << bg.status();
-    daemon_ = std::move(*bg);
-    auto line = daemon_->ReadOutLine(std::chrono::milliseconds(int(30000 * TimeScale())));
-    ASSERT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << daemon_->err();
+    auto d = StartDaemonProcess(config_override_.empty() ? config_ : config_override_, extra);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
   }
   void Kill9() {
     ASSERT_TRUE(daemon_);
@@ -135,9 +127,7 @@ class Daemon : public ::testing::Test {
   }
 
   daemon::ClientResponse Call(const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
-    auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : daemon::ClientResponse{};
+    return CallDaemon(method, target, body);
   }
   // Asks /readyz until it says 200 (its DNS self-test answers on the
   // daemon's loop, a moment after start; each call a round trip), or the
