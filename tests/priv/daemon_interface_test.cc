@@ -23,6 +23,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon_harness.h"
 #include "egressd_env.h"
 #include "maps/if_sandbox_table.h"
 #include "userspace/daemon/client.h"
@@ -52,7 +53,8 @@ class DaemonInterface : public ::testing::Test {
   void SetUp() override {
     EGR_REQUIRE_PRIVILEGES();
     config_ = Shared().runtime_dir() + "-ifonly.yaml";
-    std::ofstream(config_) << "dns:\n  upstreams: [" << lab::kPublicE4 << "]\n";
+    std::ofstream(config_) << "dns:\n  upstreams: [" << lab::kPublicE4 << "]\n"
+                           << "runtimeClasses:\n  sandboxed: runsc\n  standard: runc\n";
     lab().ResetCounters();
   }
   void TearDown() override {
@@ -64,18 +66,11 @@ class DaemonInterface : public ::testing::Test {
     unlink(config_.c_str());
   }
   Lab& lab() { return Shared().lab(); }
-  static std::string socket() { return Shared().runtime_dir() + "/egressd.sock"; }
+  static std::string socket() { return DaemonSocket(); }
   void StartDaemon() {
-    RunSpec s;
-    s.netns = lab().node_netns();
-    s.env = Shared().CtlEnv();
-    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket()};
-    s.timeout = 10min;
-    auto bg = lab::Start(s);
-    ASSERT_TRUE(bg.ok()) << bg.status();
-    daemon_ = std::move(*bg);
-    auto line = daemon_->ReadOutLine(std::chrono::milliseconds(int(30000 * TimeScale())));
-    ASSERT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << daemon_->err();
+    auto d = StartDaemonProcess(config_, {}, std::chrono::milliseconds(30000));
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
   }
   void Kill9() {
     ASSERT_TRUE(daemon_);
@@ -83,11 +78,8 @@ class DaemonInterface : public ::testing::Test {
     daemon_->Wait();
     daemon_.reset();
   }
-  daemon::ClientResponse Call(const std::string& method, const std::string& target,
-                              const nlohmann::json& body = {}) {
-    auto r = daemon::Call(socket(), method, target, body.is_null() ? "" : body.dump());
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : daemon::ClientResponse{};
+  daemon::ClientResponse Call(const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
+    return CallDaemon(method, target, body);
   }
   static nlohmann::json Egress(std::vector<std::string> egress) {
     for (const char* marker : {lab::kWorldLinkV4, lab::kWorldLinkV6}) egress.push_back(marker);
@@ -198,6 +190,12 @@ TEST_F(DaemonInterface, BadPutIs400NamingTheFieldAndNothingChanges) {
        "field sandbox_runtime: \"gvisor\": gVisor's network stack"},
       {{{"interface", ifname}, {"sandbox_runtime", "nosuch"}, {"egress", Egress({lab::kPublicA4})}},
        "field sandbox_runtime: \"nosuch\" is not a runtime"},
+      // The pod's RuntimeClass, through the config's runtimeClasses.
+      {{{"cgroup", *cg}, {"runtime_class", "sandboxed"}, {"egress", Egress({lab::kPublicA4})}},
+       "field runtime_class \"sandboxed\" is runtime \"runsc\": gVisor's network stack"},
+      {{{"cgroup", *cg}, {"runtime_class", "nosuch"}, {"egress", Egress({lab::kPublicA4})}},
+       "field runtime_class \"nosuch\": the deployment's runtimeClasses do not name it (they name \"sandboxed\", "
+       "\"standard\")"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     auto r = Call("PUT", absl::StrCat("/v1/sandboxes/ifonly-bad-", i), cases[i].body);
@@ -213,6 +211,11 @@ TEST_F(DaemonInterface, BadPutIs400NamingTheFieldAndNothingChanges) {
   auto l = InPod(lab().pod(0), {"tcp", lab::kPublicB4, "80"});
   ASSERT_EQ(l.size(), 1u) << last_;
   EXPECT_TRUE(Ok(l[0])) << "nothing attached: " << last_;
+  // The positive control: a class the config maps to runc registers by cgroup.
+  auto mapped = Call("PUT", "/v1/sandboxes/ifonly-class-ok",
+                     {{"cgroup", *cg}, {"runtime_class", "standard"}, {"egress", Egress({lab::kPublicA4})}});
+  EXPECT_EQ(mapped.status, 201) << mapped.body.dump();
+  if (mapped.status == 201) registered_.push_back("ifonly-class-ok");
 }
 
 }  // namespace

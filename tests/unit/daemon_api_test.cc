@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -114,6 +115,57 @@ TEST(SandboxRequest, InterfaceAloneAndTheRuntimeHint) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_TRUE(absl::StrContains(unknown.status().message(), "field sandbox_runtime: \"docker\" is not a runtime"))
       << unknown.status();
+}
+
+// Issue 17: the pod's RuntimeClass, through the deployment's runtimeClasses.
+TEST(SandboxRequest, RuntimeClassResolvesThroughTheDeploymentsMap) {
+  const std::map<std::string, std::string> classes = {{"gvisor", "gvisor"}, {"kata-qemu", "kata"}, {"standard", "runc"}};
+  auto parse = [](const std::string& body) {
+    auto r = ParseSandboxRequest(body);
+    EXPECT_TRUE(r.ok()) << body << ": " << r.status();
+    return r.ok() ? *r : SandboxRequest{};
+  };
+  // No runtime_class: nothing changes.
+  SandboxRequest none = parse(R"({"cgroup": "/sys/fs/cgroup/pods/a"})");
+  EXPECT_TRUE(ResolveRuntimeClass(none, classes).ok());
+  EXPECT_EQ(none.sandbox_runtime, "");
+  // A node-sockets class by cgroup: the runtime is set, the registration stands.
+  SandboxRequest std_class = parse(R"({"cgroup": "/sys/fs/cgroup/pods/a", "runtime_class": "standard"})");
+  EXPECT_TRUE(ResolveRuntimeClass(std_class, classes).ok());
+  EXPECT_EQ(std_class.sandbox_runtime, "runc");
+  EXPECT_EQ(ToJson(std_class)["runtime_class"], "standard");
+  // An own-stack class by cgroup only is refused, naming the class, its runtime and the fix.
+  SandboxRequest kata = parse(R"({"cgroup": "/sys/fs/cgroup/pods/a", "runtime_class": "kata-qemu"})");
+  absl::Status s = ResolveRuntimeClass(kata, classes);
+  ASSERT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "field runtime_class \"kata-qemu\" is runtime \"kata\": a guest kernel"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "field interface or interface_netns")) << s;
+  // The same class with its interface is enforced at the veth.
+  SandboxRequest kata_veth = parse(R"({"interface": "veth1", "runtime_class": "kata-qemu"})");
+  EXPECT_TRUE(ResolveRuntimeClass(kata_veth, classes).ok());
+  EXPECT_EQ(kata_veth.sandbox_runtime, "kata");
+  // A class the deployment does not map: refused, listing what it maps.
+  SandboxRequest unmapped = parse(R"({"cgroup": "/sys/fs/cgroup/pods/a", "runtime_class": "nvidia"})");
+  s = ResolveRuntimeClass(unmapped, classes);
+  ASSERT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "field runtime_class \"nvidia\": the deployment's runtimeClasses do "
+                                             "not name it (they name \"gvisor\", \"kata-qemu\", \"standard\")"))
+      << s;
+  SandboxRequest no_map = parse(R"({"cgroup": "/sys/fs/cgroup/pods/a", "runtime_class": "gvisor"})");
+  s = ResolveRuntimeClass(no_map, {});
+  EXPECT_TRUE(absl::StrContains(s.message(), "(they name none)")) << s;
+  EXPECT_EQ(no_map.sandbox_runtime, "") << "a refused class sets nothing";
+  // A sandbox_runtime that contradicts the class.
+  SandboxRequest both = parse(R"({"interface": "veth1", "runtime_class": "gvisor", "sandbox_runtime": "runc"})");
+  s = ResolveRuntimeClass(both, classes);
+  EXPECT_TRUE(absl::StrContains(s.message(), "is runtime \"gvisor\" in the deployment's runtimeClasses, but field "
+                                             "sandbox_runtime says \"runc\""))
+      << s;
+  // A wrong type is a parse error naming the field.
+  auto typed = ParseSandboxRequest(R"({"cgroup": "/sys/fs/cgroup/pods/a", "runtime_class": 3})");
+  ASSERT_FALSE(typed.ok());
+  EXPECT_TRUE(absl::StrContains(typed.status().message(), "field runtime_class: must be a string")) << typed.status();
 }
 
 TEST(SandboxRequest, BodyMustBeAJsonObjectWithACgroup) {

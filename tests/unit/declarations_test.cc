@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "userspace/policy/deployment_config.h"
 
@@ -148,7 +150,7 @@ egressExtraAllow:
             (std::vector<std::string>{
                 "deployment setting \"airgaped\": unknown key; valid: \"airgapped\", "
                 "\"hostedEdge\", \"protected\", \"onDeny\", \"platform\", \"sealedInstalls\", "
-                "\"egressExtraAllow\", \"sandboxExtraEnv\", \"dns\", \"audit\", \"limits\", \"flows\", \"containedRoots\", \"metrics\"",
+                "\"egressExtraAllow\", \"sandboxExtraEnv\", \"dns\", \"audit\", \"limits\", \"flows\", \"containedRoots\", \"metrics\", \"runtimeClasses\"",
                 "deployment setting \"hostedEdge\": must be true or false, not \"yes\"",
                 "deployment setting \"protected\": must be a list",
                 "deployment setting \"platform.modelgateway\": unknown key; valid: \"api\", "
@@ -160,6 +162,30 @@ egressExtraAllow:
                 "deployment setting \"onDeny\": invalid deny action \"silently\"; valid: "
                 "\"reject\", \"drop\"",
             }));
+}
+
+// Issue 17: runtimeClasses maps a Kubernetes RuntimeClass to the runtime behind it.
+TEST(DeploymentConfig, RuntimeClassesMapClassNamesToKnownRuntimes) {
+  auto d = ParseDeploymentConfig("runtimeClasses:\n  gvisor: runsc\n  kata-qemu: kata\n  standard: runc\n",
+                                 "egressd.yaml", nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->runtime_classes,
+            (std::map<std::string, std::string>{{"gvisor", "runsc"}, {"kata-qemu", "kata"}, {"standard", "runc"}}));
+  EXPECT_TRUE(ParseDeploymentConfig("", "egressd.yaml", nullptr)->runtime_classes.empty());
+  auto bad = ParseDeploymentConfig("runtimeClasses:\n  gvisor: docker\n  Kata_QEMU: kata\n  fc: [firecracker]\n",
+                                   "egressd.yaml", nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(Lines(bad.status()),
+            (std::vector<std::string>{
+                "deployment setting \"runtimeClasses.fc\": must be a string",
+                "deployment setting runtimeClasses.gvisor \"docker\": not a runtime egressd knows: runc, crun (the "
+                "node's sockets), gvisor (or runsc), kata, firecracker (their own stack)",
+                "deployment setting runtimeClasses.Kata_QEMU \"kata\": \"Kata_QEMU\" is not a RuntimeClass name "
+                "(lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)",
+            }));
+  auto not_map = ParseDeploymentConfig("runtimeClasses: [gvisor]\n", "egressd.yaml", nullptr);
+  ASSERT_FALSE(not_map.ok());
+  EXPECT_TRUE(absl::StrContains(not_map.status().message(), "runtimeClasses")) << not_map.status();
 }
 
 TEST(DeploymentConfig, ProtectedTakesAddressesAndCidrsOnly) {

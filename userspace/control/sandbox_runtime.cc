@@ -1,18 +1,18 @@
 #include "userspace/control/sandbox_runtime.h"
 
 #include "absl/strings/str_cat.h"
+#include "userspace/policy/runtime_kind.h"
 
 namespace egressd::control {
 
 absl::StatusOr<std::optional<RuntimeHint>> ParseRuntimeHint(const std::string& text, const std::string& what) {
   if (text.empty()) return std::optional<RuntimeHint>();
-  if (text == "runc" || text == "crun") return std::optional(RuntimeHint{text, false});
-  if (text == "gvisor" || text == "runsc" || text == "kata" || text == "firecracker") {
-    return std::optional(RuntimeHint{text, true});
+  auto stack = policy::RuntimeStackOf(text);
+  if (!stack) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " \"", text, "\" is not a runtime egressd knows: ", policy::kKnownRuntimes));
   }
-  return absl::InvalidArgumentError(absl::StrCat(what, " \"", text,
-                                                 "\" is not a runtime egressd knows: runc, crun (the node's "
-                                                 "sockets), gvisor (or runsc), kata, firecracker (their own stack)"));
+  return std::optional(RuntimeHint{text, *stack == policy::RuntimeStack::kOwnStack});
 }
 
 absl::Status CheckRuntimeRegistration(const std::optional<RuntimeHint>& hint, bool has_interface,

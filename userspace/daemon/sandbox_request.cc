@@ -162,6 +162,7 @@ absl::StatusOr<SandboxRequest> ParseSandboxRequest(const std::string& body) {
   if (auto v = r.String("dns_endpoint6")) out.dns_endpoint6 = *v;
   out.require_socket_containment = r.Bool("require_socket_containment");
   if (auto v = r.String("sandbox_runtime")) out.sandbox_runtime = *v;
+  if (auto v = r.String("runtime_class")) out.runtime_class = *v;
   if (auto hint = control::ParseRuntimeHint(out.sandbox_runtime, "field sandbox_runtime"); !hint.ok()) {
     r.Error("sandbox_runtime", std::string(absl::StripPrefix(hint.status().message(), "field sandbox_runtime ")));
   } else if (auto s = control::CheckRuntimeRegistration(*hint, out.by_interface(), "field sandbox_runtime",
@@ -215,7 +216,34 @@ nlohmann::json ToJson(const SandboxRequest& r) {
   if (!r.interface.empty()) j["interface"] = r.interface;
   if (!r.interface_netns.empty()) j["interface_netns"] = r.interface_netns;
   if (!r.sandbox_runtime.empty()) j["sandbox_runtime"] = r.sandbox_runtime;
+  if (!r.runtime_class.empty()) j["runtime_class"] = r.runtime_class;
   return j;
+}
+
+absl::Status ResolveRuntimeClass(SandboxRequest& req, const std::map<std::string, std::string>& classes) {
+  if (req.runtime_class.empty()) return absl::OkStatus();
+  const std::string field = absl::StrCat("field runtime_class ", Quote(req.runtime_class));
+  auto it = classes.find(req.runtime_class);
+  if (it == classes.end()) {
+    std::vector<std::string> known;
+    for (const auto& [name, runtime] : classes) known.push_back(Quote(name));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": the deployment's runtimeClasses do not name it (",
+        known.empty() ? std::string("they name none") : "they name " + absl::StrJoin(known, ", "),
+        "): egressd cannot tell whether the node's cgroup hooks see its pods' traffic"));
+  }
+  if (!req.sandbox_runtime.empty() && req.sandbox_runtime != it->second) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is runtime ", Quote(it->second),
+                                                   " in the deployment's runtimeClasses, but field sandbox_runtime "
+                                                   "says ",
+                                                   Quote(req.sandbox_runtime)));
+  }
+  req.sandbox_runtime = it->second;
+  auto hint = control::ParseRuntimeHint(req.sandbox_runtime, field);
+  if (!hint.ok()) return hint.status();
+  return control::CheckRuntimeRegistration(*hint, req.by_interface(),
+                                           absl::StrCat(field, " is runtime"),
+                                           "field interface or interface_netns");
 }
 
 }  // namespace egressd::daemon

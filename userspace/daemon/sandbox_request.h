@@ -6,6 +6,7 @@
 // no request can lower the daemon's floor.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +52,10 @@ struct SandboxRequest {
   // The runtime running it (control/sandbox_runtime.h): one that sends from
   // its own stack (gvisor, kata, firecracker) needs interface/interface_netns.
   std::string sandbox_runtime;
+  // The pod's Kubernetes RuntimeClass (issue 17), which the deployment's
+  // runtimeClasses map to a runtime: ResolveRuntimeClass sets
+  // sandbox_runtime from it.
+  std::string runtime_class;
   bool by_interface() const { return !interface.empty() || !interface_netns.empty(); }
   bool interface_only() const { return cgroup.empty() && pod_uid.empty() && by_interface(); }
 };
@@ -61,6 +66,14 @@ absl::Status CheckSandboxId(const std::string& id);
 
 // InvalidArgument listing every problem, one a line.
 absl::StatusOr<SandboxRequest> ParseSandboxRequest(const std::string& body);
+
+// runtime_class through the deployment's runtimeClasses (class -> runtime):
+// sets sandbox_runtime, then holds the registration to that runtime as
+// sandbox_runtime is held.  InvalidArgument naming the field and the value
+// for a class the deployment does not map, a sandbox_runtime that says
+// otherwise, or a registration the runtime cannot be enforced with.  No
+// runtime_class: OK, nothing changes.
+absl::Status ResolveRuntimeClass(SandboxRequest& req, const std::map<std::string, std::string>& classes);
 
 // The compiler's inputs: the daemon's deployment config text (`config`;
 // nullopt: the embedded default), then the request's fields under their

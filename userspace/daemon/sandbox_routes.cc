@@ -115,6 +115,7 @@ nlohmann::json Daemon::SandboxJson(const control::SandboxRecord& r) {
 Response Daemon::Put(const std::string& id, const std::string& body) {
   auto req = ParseSandboxRequest(body);
   if (!req.ok()) return FromStatus(req.status());
+  if (absl::Status s = ResolveRuntimeClass(*req, deployment_.runtime_classes); !s.ok()) return FromStatus(s);
   if (!req->pod_uid.empty()) {
     auto cg = FindPodCgroup(KubeletRoots(), req->pod_uid);
     if (absl::IsNotFound(cg.status())) {

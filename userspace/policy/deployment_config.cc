@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "userspace/net/ip.h"
+#include "userspace/policy/runtime_kind.h"
 #include "userspace/policy/targets.h"
 #include "userspace/policy/urls.h"
 #include "userspace/policy/yaml_walk.h"
@@ -43,6 +44,7 @@ struct Raw {
   std::vector<yaml::Located> flows;   // flows.* (issue 17), as written
   std::vector<yaml::Located> contained_roots;  // containedRoots (issue 14)
   std::optional<yaml::Located> metrics_address;
+  std::vector<std::pair<std::string, yaml::Located>> runtime_classes;  // (class, runtime)
 };
 
 // ---- dns ----
@@ -230,6 +232,45 @@ FlowSettings ResolveFlows(const Raw& raw, std::vector<std::string>& errors) {
   return out;
 }
 // ---- end flows ----
+// ---- runtimeClasses: Kubernetes RuntimeClass name -> runtime (issue 17) ----
+void ReadRuntimeClasses(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
+  if (node.IsNull()) return;
+  auto entries = w.Mapping(node, "runtimeClasses", {}, "");
+  if (!entries) {
+    w.Error("runtimeClasses", "must be a mapping of RuntimeClass names to runtimes");
+    return;
+  }
+  for (const auto& [name, value_ptr] : *entries) {
+    const std::string path = yaml::Walker::Child("runtimeClasses", name);
+    if (auto v = w.String(*value_ptr, path)) raw.runtime_classes.emplace_back(name, yaml::Located{path, *v});
+  }
+}
+
+// A RuntimeClass's name is a DNS-1123 subdomain (what the API server accepts).
+bool IsRuntimeClassName(const std::string& n) {
+  if (n.empty() || n.size() > 253 || n.front() == '-' || n.front() == '.' || n.back() == '-' || n.back() == '.') {
+    return false;
+  }
+  return std::all_of(n.begin(), n.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.'; });
+}
+
+std::map<std::string, std::string> ResolveRuntimeClasses(const Raw& raw, std::vector<std::string>& errors) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, v] : raw.runtime_classes) {
+    const std::string head = std::string(kOrigin) + " " + v.path + " " + net::Quote(v.value) + ": ";
+    if (!IsRuntimeClassName(name)) {
+      AddLine(&errors, head + net::Quote(name) + " is not a RuntimeClass name (lower-case letters, digits, '-' and "
+                                                 "'.', starting and ending with a letter or digit)");
+    } else if (!RuntimeStackOf(v.value)) {
+      AddLine(&errors, head + "not a runtime egressd knows: " + std::string(kKnownRuntimes));
+    } else {
+      out[name] = v.value;
+    }
+  }
+  return out;
+}
+// ---- end runtimeClasses ----
 void ReadMetrics(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
   if (node.IsNull()) return;
   auto entries = w.Mapping(node, "metrics", {"address"}, "");
@@ -289,7 +330,8 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
   auto top = w.Mapping(doc, "",
                        {"airgapped", "hostedEdge", "protected", "onDeny",
                         "platform", "sealedInstalls", "egressExtraAllow",
-                        "sandboxExtraEnv", "dns", "audit", "limits", "flows", "containedRoots", "metrics"},
+                        "sandboxExtraEnv", "dns", "audit", "limits", "flows", "containedRoots", "metrics",
+                        "runtimeClasses"},
                        "");
   if (!top) {
     w.Error(file, "must be a mapping of settings");
@@ -331,6 +373,8 @@ std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
       }
     } else if (key == "metrics") {
       ReadMetrics(w, value, raw);
+    } else if (key == "runtimeClasses") {
+      ReadRuntimeClasses(w, value, raw);
     }
   }
   return raw;
@@ -502,6 +546,7 @@ absl::StatusOr<DeploymentConfig> ParseDeploymentConfig(
   d.dns = ResolveDns(*raw, errors);
   d.limits = ResolveLimits(*raw, errors);
   d.flows = ResolveFlows(*raw, errors);
+  d.runtime_classes = ResolveRuntimeClasses(*raw, errors);
 
   ReachContext ctx;
   ctx.protected_cidrs = &d.protected_cidrs;

@@ -43,6 +43,7 @@
 #define EGRESSD_USERSPACE_POLICY_DEPLOYMENT_CONFIG_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -185,6 +186,10 @@ struct DeploymentConfig {
   // ::, since the kernel guards exactly that address and port from every
   // sandbox (docs/api.md).
   std::optional<DnsUpstreamSetting> metrics_address;
+  // runtimeClasses (issue 17): a Kubernetes RuntimeClass name -> the runtime
+  // behind it (runtime_kind.h), so that a PUT naming its pod's class
+  // (runtime_class) is held to what that runtime can be enforced with.
+  std::map<std::string, std::string> runtime_classes;
 };
 
 // `egressctl run --floor F --on-deny A` as a one-machine deployment: the
