@@ -232,18 +232,32 @@ FlowSettings ResolveFlows(const Raw& raw, std::vector<std::string>& errors) {
   return out;
 }
 // ---- end flows ----
-// ---- runtimeClasses: Kubernetes RuntimeClass name -> runtime (issue 17) ----
-void ReadRuntimeClasses(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
-  if (node.IsNull()) return;
-  auto entries = w.Mapping(node, "runtimeClasses", {}, "");
+// A mapping of names to strings (sandboxExtraEnv, runtimeClasses): each
+// (name, value at its path); not a mapping is "SETTING: must be a mapping of
+// WHAT"; a value that is no string is an error naming its path, a null one
+// too unless `skip_null`.
+std::vector<std::pair<std::string, yaml::Located>> ReadNamedStrings(yaml::Walker& w, const yaml::Node& node,
+                                                                    const std::string& setting,
+                                                                    const std::string& what, bool skip_null) {
+  std::vector<std::pair<std::string, yaml::Located>> out;
+  if (node.IsNull()) return out;
+  auto entries = w.Mapping(node, setting, {}, "");
   if (!entries) {
-    w.Error("runtimeClasses", "must be a mapping of RuntimeClass names to runtimes");
-    return;
+    w.Error(setting, "must be a mapping of " + what);
+    return out;
   }
   for (const auto& [name, value_ptr] : *entries) {
-    const std::string path = yaml::Walker::Child("runtimeClasses", name);
-    if (auto v = w.String(*value_ptr, path)) raw.runtime_classes.emplace_back(name, yaml::Located{path, *v});
+    if (skip_null && value_ptr->IsNull()) continue;
+    const std::string path = yaml::Walker::Child(setting, name);
+    if (auto v = w.String(*value_ptr, path)) out.emplace_back(name, yaml::Located{path, *v});
   }
+  return out;
+}
+
+// ---- runtimeClasses: Kubernetes RuntimeClass name -> runtime (issue 17) ----
+void ReadRuntimeClasses(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
+  raw.runtime_classes = ReadNamedStrings(w, node, "runtimeClasses", "RuntimeClass names to runtimes",
+                                         /*skip_null=*/false);
 }
 
 // A RuntimeClass's name is a DNS-1123 subdomain (what the API server accepts).
@@ -307,20 +321,8 @@ void ReadPlatform(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
 }
 
 void ReadEnv(yaml::Walker& w, const yaml::Node& node, Raw& raw) {
-  if (node.IsNull()) return;
-  auto entries = w.Mapping(node, "sandboxExtraEnv", {}, "");
-  if (!entries) {
-    w.Error("sandboxExtraEnv", "must be a mapping of variable names to values");
-    return;
-  }
-  for (const auto& [name, value_ptr] : *entries) {
-    const yaml::Node& value = *value_ptr;
-    const std::string path = yaml::Walker::Child("sandboxExtraEnv", name);
-    if (value.IsNull()) continue;  // an empty variable names no host
-    if (auto v = w.String(value, path)) {
-      raw.env.emplace_back(name, yaml::Located{path, *v});
-    }
-  }
+  // An empty variable names no host.
+  raw.env = ReadNamedStrings(w, node, "sandboxExtraEnv", "variable names to values", /*skip_null=*/true);
 }
 
 std::optional<Raw> ReadRaw(yaml::Walker& w, const yaml::Node& doc,
