@@ -62,7 +62,7 @@ static __always_inline struct egr_decision egr_backstop_judge(struct __sk_buff *
 		return egr_decide(EGR_DENY_REJECT, EGR_REASON_CONTAINED);
 	pol = bpf_map_lookup_elem(&egr_policy_v1, &sb->policy_id);
 
-	parsed = egr_parse_packet(skb, l3_off, &p);
+	parsed = egr_parse_packet_once(skb, l3_off, &p);
 	if (parsed == EGR_PARSE_NOT_IP) /* cgroup inet egress sees only IP; be explicit */
 		return egr_decide(EGR_PASS, EGR_REASON_NOT_IP);
 	if (parsed != EGR_PARSE_OK)

@@ -230,4 +230,17 @@ static __always_inline int egr_parse_packet(struct __sk_buff *skb, __u32 l3_off,
 	return EGR_PARSE_NOT_IP;
 }
 
+/* egr_parse_packet as a global function, which the verifier walks once, on
+ * its own: inlined, every way through the parse (IPv4 options, each IPv6
+ * extension header, fragments) reached the judge after it in a state of its
+ * own, and the judge was verified once for each.  Through this wrapper the
+ * judge sees one return value and a *p of unknown scalars, which it bounds
+ * where it uses them.  A NULL p, which no caller passes, is refused. */
+__noinline int egr_parse_packet_once(struct __sk_buff *skb, __u32 l3_off, struct egr_pkt *p)
+{
+	if (!p)
+		return EGR_PARSE_REFUSE;
+	return egr_parse_packet(skb, l3_off, p);
+}
+
 #endif

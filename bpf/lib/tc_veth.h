@@ -184,7 +184,7 @@ static __always_inline struct egr_decision egr_tc_judge(struct __sk_buff *skb,
 		return egr_decide(EGR_DENY_DROP, EGR_REASON_SPOOFED);
 	if (skb->protocol == bpf_htons(EGR_ETH_P_ARP))
 		return egr_decide(EGR_PASS, EGR_REASON_LINK_LOCAL);
-	parsed = egr_parse_packet(skb, EGR_ETH_HLEN, &p);
+	parsed = egr_parse_packet_once(skb, EGR_ETH_HLEN, &p);
 	*pp = p;
 	/* VLAN tags, MPLS, PPPoE, raw ethertypes: nothing egressd can judge
 	 * leaves a pod. */

@@ -155,7 +155,7 @@ TEST_F(Misjudged, MptcpSubflowToAnAnnouncedDeniedAddressNeverOpens) {
 
   // Positive control, outside any sandbox: the path manager joins the
   // announced address.
-  auto control = ProbeAt(lab().client_netns(), "", {"mptcp", kPublicA4, "9000", "--hold-ms", "5000", "--until-subflow"});
+  auto control = ProbeAt(lab().client_netns(), "", {"mptcp", kPublicA4, "9000", "--hold-ms", std::to_string(int(5000 * TimeScale())), "--until-subflow"});
   ASSERT_EQ(control.size(), 1u) << last_;
   ASSERT_EQ(control[0]["subflows"], "1") << "no subflow here, the test proves nothing: " << last_;
   ASSERT_TRUE(lab().Drain().ok());
@@ -163,7 +163,7 @@ TEST_F(Misjudged, MptcpSubflowToAnAnnouncedDeniedAddressNeverOpens) {
   lab().ResetCounters();
 
   RunResult r = Shared().RunSandboxed({"--egress", kPublicA4},
-                                      {"mptcp", kPublicA4, "9000", "--hold-ms", "1500"});
+                                      {"mptcp", kPublicA4, "9000", "--hold-ms", std::to_string(int(1500 * TimeScale()))});
   auto lines = Lines(r);
   ASSERT_EQ(lines.size(), 1u) << r.Describe();
   EXPECT_EQ(lines[0]["echo"], "true") << "the allowed server works: " << r.Describe();
