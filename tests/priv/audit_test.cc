@@ -341,11 +341,8 @@ class ArrivalTail {
 // "Later" is the time a line became readable in B's --audit file (polled
 // every 2 ms by this test, on CLOCK_BOOTTIME) minus the connect's
 // kernel.boot_ns (the kernel's bpf_ktime_get_boot_ns() when the hook ran).
-// Counts scale down under EGR_TIME_SCALE.  The 1 s bound is asserted on a
-// real CPU only (scale 1): under emulation the reader's CPU is the emulator's,
-// shared with whatever else the host runs, and a bound in wall time measures
-// that (the vmtests guests saw 1.1 s quiet and 6.4 s beside the host suite).
-// Every record, each once and none lost, is asserted everywhere.
+// Counts scale down under EGR_TIME_SCALE, the 1 s bound does not: the TCG
+// guests leave this case to the host (vmtests/host-only).
 TEST_F(Audit, OneSandboxsFloodCostsAnotherNothing) {
   const long long n = Scaled(1000000), names = Scaled(100000), m = Scaled(10000);
   constexpr uint64_t kWindowNs = 1000000000ull;  // the holder's fold window (trail.h)
@@ -429,10 +426,8 @@ TEST_F(Audit, OneSandboxsFloodCostsAnotherNothing) {
     lateness.push_back(late);
   }
   EXPECT_EQ(kernel_ids.size(), static_cast<size_t>(m)) << "each connect once, by its kernel (cpu, seq)";
-  if (TimeScale() == 1.0) {
-    EXPECT_EQ(on_time, static_cast<uint64_t>(m)) << "the latest of B's records came " << worst / 1000000
-                                                 << " ms after its connect";
-  }
+  EXPECT_EQ(on_time, static_cast<uint64_t>(m)) << "the latest of B's records came " << worst / 1000000
+                                               << " ms after its connect";
   std::sort(lateness.begin(), lateness.end());
   if (!lateness.empty()) {
     std::printf("[ info ] B: %lld connects, readable after their connect: median %.1f ms, p99 %.1f ms, max %.1f ms\n",
