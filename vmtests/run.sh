@@ -14,9 +14,11 @@
 #
 # --guests N splits the binaries over N guests booted side by side (each -smp,
 # -m as given), balanced by vmtests/weights; auto: 3 where the host has 2+
-# CPUs and the memory for three (else 2, else 1).  Under TCG a guest is mostly waiting
-# (timeouts, sleeps; each binary's guest CPU share is in the summary), so three
-# finish before two.  --install-only installs the host packages and exits.
+# CPUs and the memory for three (else 2, else 1).  Under TCG the guests are
+# CPU-bound (about one of each guest's two vCPUs busy: the summary's cpu=);
+# three keep 2 host CPUs busy where one binary waits.  The cases listed in
+# vmtests/host-only are left to the host under TCG (load figures, which
+# emulation cannot give).  --install-only installs the host packages and exits.
 # --print-targets prints the build targets the guests need (every priv test and
 # the binaries they run), one a line, from a configured build/, and exits: .ci/run
 # builds those first and boots the guests while the rest compiles.
