@@ -65,8 +65,8 @@ class DnsServe : public ::testing::Test {
     const int tries = TimeScale() > 1 ? 3 : 1;
     s.argv = {"dig", "@" + server, "-p", std::to_string(port), "+tries=" + std::to_string(tries),
               "+time=" + std::to_string(wait_s), name, "A"};
-    // Past dig's own waits (lab::Run's default 10 s killed it mid-wait in a
-    // guest, and a killed dig prints nothing): its start under emulation too.
+    // Past dig's own waits (an unscaled 10 s killed it mid-wait in a guest,
+    // and a killed dig prints nothing), plus the default scaled ceiling.
     s.timeout = std::chrono::seconds(tries * wait_s) + std::chrono::milliseconds(static_cast<int>(10000 * TimeScale()));
     if (short_form) s.argv.push_back("+short");
     return lab::Run(s).out;

@@ -98,7 +98,10 @@ struct RunSpec {
   // Exec under `setpriv --bounding-set -all,+net_raw --inh-caps -all --`: uid 0
   // with only CAP_NET_RAW, as a hostile sandbox would run.
   bool hostile = false;
-  std::chrono::milliseconds timeout{10000};
+  // The ceiling on the child's run; zero means the default: 10 s times
+  // TimeScale(), since a ceiling is a hang guard, never the thing a test
+  // measures (a dig's first start in a loaded emulated guest took ~10 s).
+  std::chrono::milliseconds timeout{0};
   std::map<std::string, std::string> env;  // added to / overriding our environment
   std::string stdin_data;                  // Run() only: written to the child's stdin
 };
@@ -110,6 +113,10 @@ struct RunResult {
   std::string err;
   std::string Describe() const;  // one line for test failure messages
 };
+
+// Multiplier for time limits in tests: EGR_TIME_SCALE (vmtests sets it under
+// software emulation, where programs run several times slower); 1 if unset.
+double TimeScale();
 
 // Blocking: captures stdout/stderr, SIGKILLs the process group on timeout.
 // A failure to start shows as exit_code 127 with the reason in `err`.

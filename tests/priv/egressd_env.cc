@@ -76,12 +76,6 @@ int SweepStaleInstances() {
   return removed;
 }
 
-double TimeScale() {
-  const char* v = std::getenv("EGR_TIME_SCALE");
-  double scale = v ? std::atof(v) : 1.0;
-  return scale >= 1.0 ? scale : 1.0;
-}
-
 absl::StatusOr<std::unique_ptr<Egressd>> Egressd::Start() {
   SweepStaleInstances();
   auto e = std::unique_ptr<Egressd>(new Egressd);

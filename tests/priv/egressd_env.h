@@ -28,9 +28,7 @@ namespace egressd::test {
 
 bool BpfRequired();
 
-// Multiplier for time limits in tests: EGR_TIME_SCALE (vmtests sets it under
-// software emulation, where programs run several times slower); 1 if unset.
-double TimeScale();
+using ::egressd::lab::TimeScale;
 
 // Where an egressd instance keeps its pins and its runtime state.
 struct InstanceDirs {
