@@ -25,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "egressd_env.h"
 #include "maps/egressd_abi.h"
 #include "maps/if_sandbox_table.h"
@@ -180,6 +181,46 @@ TEST_F(TcReject, DeniedTcpConnectIsRefusedAtOnceByARst) {
   EXPECT_EQ(lab().TcpAccepts(kPublicA4, 80), 1u) << lab().CountersSummary();
   EXPECT_EQ(lab().PacketsTo(kPublicB4), 0u) << lab().CountersSummary();
   EXPECT_EQ(lab().PacketsTo(kPublicB6), 0u) << lab().CountersSummary();
+}
+
+// The node's metrics carry the tc program's counters (egressd_tc_frames_total
+// by outcome), the only kernel figures that see a veth pod's frames: a pass
+// and two rejected SYNs move them by exactly what the map counted.
+uint64_t MetricSample(const std::string& text, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, series) || !absl::ConsumePrefix(&line, " ")) continue;
+    uint64_t v = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(line, &v)) << line;
+    return v;
+  }
+  ADD_FAILURE() << series << " not in the metrics:\n" << text;
+  return 0;
+}
+
+TEST_F(TcReject, TheMetricsCountTheVethsFramesByOutcome) {
+  const std::string cg = Cgroup();
+  ASSERT_EQ(Add(cg).exit_code, 0) << last_;
+  RunResult m0 = Shared().Ctl({"metrics"});
+  ASSERT_EQ(m0.exit_code, 0) << m0.Describe();
+  const auto s0 = TcStats();
+  auto l = InPod({"tcp", kPublicA4, "80", "--then", "tcp", kPublicB4, "80", "--timeout-ms", "5000", "--then", "tcp",
+                  kPublicB6, "443", "--timeout-ms", "5000"});
+  ASSERT_EQ(l.size(), 3u) << last_;
+  EXPECT_TRUE(Ok(l[0])) << last_;
+  const auto s1 = TcStats();
+  RunResult m1 = Shared().Ctl({"metrics"});
+  ASSERT_EQ(m1.exit_code, 0) << m1.Describe();
+  const std::string rst = "egressd_tc_frames_total{outcome=\"reject-rst\"}";
+  const std::string deny = "egressd_tc_frames_total{outcome=\"deny\"}";
+  const std::string pass = "egressd_tc_frames_total{outcome=\"pass\"}";
+  EXPECT_EQ(MetricSample(m0.out, rst), s0[EGR_TC_STAT_REJECT_RST]);
+  EXPECT_EQ(MetricSample(m1.out, rst) - MetricSample(m0.out, rst), 2u) << "the two refused SYNs";
+  EXPECT_GE(MetricSample(m1.out, deny) - MetricSample(m0.out, deny), 2u);
+  EXPECT_GE(MetricSample(m1.out, pass), s1[EGR_TC_STAT_PASS]) << "counted since the map was read";
+  EXPECT_GT(MetricSample(m1.out, pass), MetricSample(m0.out, pass)) << "the allowed connect's frames";
+  for (const char* outcome : {"spoofed", "frame-dropped", "neighbour", "flow-untracked", "reject-limited"}) {
+    MetricSample(m1.out, absl::StrCat("egressd_tc_frames_total{outcome=\"", outcome, "\"}"));
+  }
 }
 
 // A denied datagram on a connected socket: the ICMP error reaches the

@@ -5,10 +5,13 @@
 
 #include <cerrno>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "absl/strings/str_cat.h"
+#include "maps/if_sandbox_table.h"
 #include "maps/map_census.h"
 #include "maps/pinned_maps.h"
 #include "maps/sandbox_table.h"
@@ -99,6 +102,26 @@ absl::StatusOr<std::string> RenderMetrics(const Paths& paths) {
            "DNS packets of sandboxes redirected to their proxy or denied in the kernel (kernel counters)");
   e.Sample(c[EGR_STAT_DNS_REDIRECT], {{"verdict", "redirect"}});
   e.Sample(c[EGR_STAT_DNS_DENY], {{"verdict", "deny"}});
+  // The tc program on sandboxes' veths (issue 17): what an operator of
+  // gVisor/VM pods watches, since no cgroup counter above sees their frames.
+  EGR_ASSIGN_OR_RETURN(std::vector<uint64_t> tc, maps::ReadTcStats(paths.pin_root));
+  e.Family("egressd_tc_frames_total", "counter",
+           "Frames of sandboxes registered by interface, judged by the tc program on their veth, by outcome "
+           "(kernel counters, exact)");
+  static constexpr std::pair<int, const char*> kTcOutcomes[] = {
+      {EGR_TC_STAT_PASS, "pass"},
+      {EGR_TC_STAT_DROP, "deny"},
+      {EGR_TC_STAT_FRAME_DROP, "frame-dropped"},
+      {EGR_TC_STAT_LINK_LOCAL, "neighbour"},
+      {EGR_TC_STAT_SPOOFED, "spoofed"},
+      {EGR_TC_STAT_DNS_UNMATCHED, "dns-unmatched"},
+      {EGR_TC_STAT_FLOW_PASS, "flow-pass"},
+      {EGR_TC_STAT_FLOW_UNTRACKED, "flow-untracked"},
+      {EGR_TC_STAT_REJECT_RST, "reject-rst"},
+      {EGR_TC_STAT_REJECT_ICMP, "reject-icmp"},
+      {EGR_TC_STAT_REJECT_LIMITED, "reject-limited"},
+  };
+  for (const auto& [slot, outcome] : kTcOutcomes) e.Sample(tc.at(slot), {{"outcome", outcome}});
   e.Family("egressd_events_total", "counter",
            "Audit occurrences in the kernel by fate: put on the ring (recorded), folded into a summary "
            "(summarised), neither (lost); recorded + summarised + lost = every judged occurrence");
