@@ -57,9 +57,17 @@ constexpr const char* kName = "allowed.example";  // -> kPublicC4
 constexpr const char* kDeniedName = "denied.example";
 constexpr const char* kImage = "localhost/egressd:latest";
 
+// One of the container's volumeMounts with its volume: a hostPath's path, or
+// empty for a configMap (the test's config directory stands in for it).
+struct Mount {
+  std::string volume, host_path, mount_path, propagation;
+  bool read_only = false, config_map = false;
+};
+
 struct Container {
   std::vector<std::string> caps;
   std::vector<std::string> command;
+  std::vector<Mount> mounts;
 };
 
 Container FromManifest() {
@@ -71,8 +79,38 @@ Container FromManifest() {
   Container c;
   c.caps = manifest::Scalars(manifest::At(daemon, "securityContext.capabilities.add"));
   c.command = manifest::Scalars(manifest::Get(daemon, "command"));
+  const manifest::Node* mounts = manifest::Get(daemon, "volumeMounts");
+  for (const manifest::Node* m : mounts && mounts->IsSequence() ? mounts->items : std::vector<const manifest::Node*>{}) {
+    Mount mount{.volume = manifest::Scalar(manifest::Get(m, "name")),
+                .mount_path = manifest::Scalar(manifest::Get(m, "mountPath")),
+                .propagation = manifest::Scalar(manifest::Get(m, "mountPropagation")),
+                .read_only = manifest::Scalar(manifest::Get(m, "readOnly")) == "true"};
+    const manifest::Node* vol = manifest::Find(manifest::Get(pod, "volumes"), "name", mount.volume);
+    mount.host_path = manifest::Scalar(manifest::At(vol, "hostPath.path"));
+    mount.config_map = manifest::Get(vol, "configMap") != nullptr;
+    EXPECT_TRUE(!mount.host_path.empty() || mount.config_map)
+        << "volume " << mount.volume << ": neither a hostPath nor a configMap (the test maps only those)";
+    c.mounts.push_back(std::move(mount));
+  }
   EXPECT_TRUE(errors.empty()) << absl::StrJoin(errors, "\n");
   return c;
+}
+
+// podman's --volume for a manifest mount.  The lab's substitutions, as the
+// kubelet's would be on a node: the runtime dir is the test instance's own
+// (at its own path on both sides: its records name it), the configMap is
+// the test's config directory; every other hostPath is the host's own path.
+// Propagation as the kubelet maps it: HostToContainer is rslave,
+// Bidirectional rshared.
+std::string VolumeFlag(const Mount& m, const std::string& runtime_dir, const std::string& config_dir) {
+  std::string host = m.host_path, inside = m.mount_path;
+  if (m.config_map) host = config_dir;
+  if (m.host_path == "/run/egressd") host = inside = runtime_dir;
+  std::vector<std::string> opts;
+  if (m.read_only) opts.push_back("ro");
+  if (m.propagation == "HostToContainer") opts.push_back("rslave");
+  if (m.propagation == "Bidirectional") opts.push_back("rshared");
+  return absl::StrCat(host, ":", inside, opts.empty() ? "" : ":", absl::StrJoin(opts, ","));
 }
 
 int CapBit(const std::string& name) {
@@ -137,6 +175,10 @@ class Image : public ::testing::Test {
     ASSERT_NE(upstream_, nullptr);
     container_ = FromManifest();
     ASSERT_FALSE(container_.caps.empty());
+    // The mounts the DaemonSet gives the daemon, all of which the run uses.
+    std::vector<std::string> paths;
+    for (const Mount& m : container_.mounts) paths.push_back(m.mount_path);
+    ASSERT_EQ(absl::StrJoin(paths, " "), "/sys/fs/bpf /sys/fs/cgroup /run/egressd /etc/egressd");
     ASSERT_EQ(container_.command.at(0), "nsenter");
     name_ = absl::StrCat("egl-image-", getpid());
   }
@@ -165,11 +207,14 @@ class Image : public ::testing::Test {
               "--cgroupns", "private", "--cap-drop", "all"};
     for (const auto& c : container_.caps) s.argv.insert(s.argv.end(), {"--cap-add", c});
     s.argv.insert(s.argv.end(),
-                  {"--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
-                   "--volume", "/sys/fs/bpf:/sys/fs/bpf:rslave", "--volume", "/sys/fs/cgroup:/sys/fs/cgroup",
-                   "--volume", dirs_.runtime_dir + ":" + dirs_.runtime_dir, "--volume",
-                   config_dir_ + ":/etc/egressd:ro", "--volume", lab.node_netns() + ":" + lab.node_netns() + ":ro",
-                   "--env", "EGRESSD_PIN_ROOT=" + dirs_.pin_root, "--env", "EGRESSD_RUNTIME_DIR=" + dirs_.runtime_dir,
+                  {"--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined"});
+    for (const Mount& m : container_.mounts) {
+      s.argv.insert(s.argv.end(), {"--volume", VolumeFlag(m, dirs_.runtime_dir, config_dir_)});
+    }
+    // The lab's own: the node netns is a file under /var/run/netns, not the
+    // host's /proc/1/ns/net that a real node's egressd would use.
+    s.argv.insert(s.argv.end(),
+                  {"--volume", lab.node_netns() + ":" + lab.node_netns() + ":ro", "--env", "EGRESSD_PIN_ROOT=" + dirs_.pin_root, "--env", "EGRESSD_RUNTIME_DIR=" + dirs_.runtime_dir,
                    "--env", "EGRESSD_NODE_NETNS=" + lab.node_netns(), "--entrypoint", container_.command[0], kImage});
     // The lab's hosts without the bpf LSM: the shared instance's opt-out
     // (egressd_env.cc), which the container does not inherit by itself.
