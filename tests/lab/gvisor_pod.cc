@@ -132,6 +132,14 @@ absl::Status WriteBundle(const Sandbox& sb, const GvisorSpec& spec) {
     fs::create_directories(rootfs / fs::path(d).relative_path(), ec);
     mounts.push_back(Bind(d));
   }
+  // After /etc's bind, so they lie over it (OCI mounts in order).
+  for (const auto& [source, destination] : spec.files) {
+    if (!fs::is_regular_file(source, ec) || fs::path(destination).is_relative()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RunInGvisor: file \"", source, "\" -> \"", destination, "\" (a host file, an absolute path)"));
+    }
+    mounts.push_back({{"destination", destination}, {"type", "bind"}, {"source", source}, {"options", {"bind", "ro"}}});
+  }
   const json caps = json::array({"CAP_NET_RAW"});
   json config = {
       {"ociVersion", "1.0.2"},

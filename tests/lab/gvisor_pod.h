@@ -9,7 +9,9 @@
 //
 // The bundle's root is read-only: /usr and /etc of the host (merged /usr:
 // bin, lib, lib64, sbin link into it) plus the directories the caller names
-// (the build tree holding egressd-probe), bound read-only at their own paths.
+// (the build tree holding egressd-probe), bound read-only at their own paths,
+// and the files it names over paths inside (a resolv.conf: the host's names
+// a resolver outside the lab, which no test may send to).
 // The process runs as uid 0 with only CAP_NET_RAW, as the lab's hostile
 // sandboxes do.  Everything (the container, its runsc state, the bundle) is
 // removed when the call returns, whatever happened.
@@ -17,6 +19,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,6 +33,9 @@ struct GvisorSpec {
   std::string cgroup;                 // the runtime's (and so the sandbox's) cgroup, or empty
   std::vector<std::string> argv;      // absolute argv[0]
   std::vector<std::string> readable;  // host dirs bound read-only at the same path
+  // Host files bound read-only over a path inside the bundle (a pod's own
+  // resolv.conf, as a kubelet mounts one): {host file, path inside}.
+  std::vector<std::pair<std::string, std::string>> files;
   std::chrono::milliseconds timeout{120000};
 };
 

@@ -20,10 +20,15 @@
 // counter showing the frames reached the hook.  Each case is one gVisor run
 // of one probe batch (a sandbox's start costs seconds under ptrace).
 //
-// FOLLOW-UP (issue 17, the name cases): a gVisor pod's DNS through the veth
-// needs DNS steering at tc (the tcdns branch); until it lands, DNS from a pod
-// judged at its veth is refused there, and the name cases (allowed name
-// resolved and reached, names outside the scope NXDOMAIN) are not tested here.
+// The name cases, through the same veth (DNS steered there to egressd's
+// proxy, bpf/lib/tc_dns.h): the sandbox's own clients (glibc's getent and
+// dig, from the host's /usr bound into the bundle) ask a TEST-NET resolver
+// address no host has, named by the pod's resolv.conf; an allowed name's
+// answer comes from the address asked and its address then connects (counted
+// at the lab host), where before the name the same connect was refused; a
+// denied name gets NXDOMAIN and never reaches the upstream dnsmasq (its log,
+// read after a later allowed query was logged there); the address asked
+// sees nothing.
 //
 // On the vmtests guest (6.1 under TCG) the test skips with the reason; on the
 // host runsc missing fails under REQUIRE_BPF=1.
@@ -31,14 +36,22 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "dns_sandboxes.h"
 #include "egressd_env.h"
 #include "gvisor_pod.h"
+#include "lab_dns.h"
 #include "maps/egressd_abi.h"
 #include "maps/if_sandbox_table.h"
+#include "maps/pinned_maps.h"
+#include "maps/stats.h"
 
 namespace egressd::test {
 namespace {
@@ -73,6 +86,21 @@ class GvisorPod : public ::testing::Test {
     std::vector<ProbeLine> lines = Lines(*r);
     EXPECT_EQ(lines.size(), ops.size()) << r->Describe();
     return lines;
+  }
+  // `sh -c script` in a fresh gVisor sandbox in `pod`'s netns, its runtime
+  // in `cgroup`, the host files `files` bound over paths of its /etc.
+  RunResult ShInGvisor(const lab::Pod& pod, const std::string& cgroup, const std::string& script,
+                       std::vector<std::pair<std::string, std::string>> files) {
+    lab::GvisorSpec spec;
+    spec.netns = pod.netns;
+    spec.cgroup = cgroup;
+    spec.argv = {"/bin/sh", "-c", script};
+    spec.readable = {std::filesystem::path(lab::BinaryPath("egressd-probe")).parent_path().string()};
+    spec.files = std::move(files);
+    spec.timeout = std::chrono::milliseconds(int(120000 * TimeScale()));
+    auto r = lab::RunInGvisor(spec);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : RunResult{};
   }
   // The same batch as a kernel-socket process in that cgroup and netns (the
   // hostile sandbox of the other tests).
@@ -191,6 +219,135 @@ TEST_P(GvisorAtVeth, AllowedArrivesDeniedNever) {
 
   RunResult rm = Shared().Ctl({"sandbox", "remove", "--interface", (*pod)->node_ifname});
   EXPECT_EQ(rm.exit_code, 0) << rm.Describe();
+}
+
+// What the script printed between "== NAME" and the next "== " line.
+std::string Section(const std::string& out, const std::string& name) {
+  const std::string mark = "== " + name + "\n";
+  const size_t at = out.find(mark);
+  if (at == std::string::npos) return "";
+  const size_t from = at + mark.size();
+  const size_t end = out.find("\n== ", from - 1);
+  return out.substr(from, end == std::string::npos ? std::string::npos : end + 1 - from);
+}
+
+uint64_t DnsSteered() {
+  auto maps = maps::PinnedMaps::Open(Shared().pin_root());
+  EXPECT_TRUE(maps.ok()) << maps.status();
+  return maps.ok() ? maps::ReadCounters(*maps)[EGR_STAT_DNS_REDIRECT] : 0;
+}
+
+TEST_P(GvisorAtVeth, AllowedNameResolvesAndConnectsDeniedNameIsNxdomainUnasked) {
+  const bool with_cgroup = GetParam();
+  lab::Lab& lab = Shared().lab();
+  constexpr const char* kUpstream = lab::kPublicE4;  // the proxy's upstream: dnsmasq in the world
+  constexpr const char* kAsked4 = "192.0.2.53";      // TEST-NET, no host: the pod's resolv.conf names it
+  // Names of this run only (a cached or earlier answer cannot stand in).
+  const std::string tag = absl::StrCat(getpid(), "-", with_cgroup ? "cg" : "if");
+  const std::string allowed = absl::StrCat("gv-allowed-", tag, ".example");
+  const std::string later = absl::StrCat("gv-later-", tag, ".example");
+  const std::string denied = absl::StrCat("gv-denied-", tag, ".example");
+  auto upstream = lab::DnsServer::Start({.netns = lab.world_netns(),
+                                         .listen = {kUpstream},
+                                         .records = {{allowed, {lab::kPublicA4}},
+                                                     {later, {lab::kPublicD4}},
+                                                     {denied, {lab::kPublicB4}}}});
+  ASSERT_TRUE(upstream.ok()) << upstream.status();
+
+  auto pod = lab.AddPod();
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  std::string cg;
+  std::vector<std::string> add = {"sandbox", "add", "--interface-netns", (*pod)->netns, "--sandbox-runtime",
+                                  "gvisor", "--egress", allowed, "--egress", later, "--dns-endpoint4",
+                                  lab::kPodGatewayV4, "--dns-endpoint6", lab::kPodGatewayV6};
+  for (const char* marker : {lab::kWorldLinkV4, lab::kWorldLinkV6}) add.insert(add.end(), {"--egress", marker});
+  if (with_cgroup) {
+    auto made = lab.MakeCgroup(absl::StrCat("gvisor-names-", getpid()));
+    ASSERT_TRUE(made.ok()) << made.status();
+    cg = *made;
+    add.insert(add.end(), {"--cgroup", cg});
+  }
+  RunResult r = Shared().Ctl(add);
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  absl::Cleanup remove = [&] {
+    RunResult rm = Shared().Ctl({"sandbox", "remove", "--interface", (*pod)->node_ifname});
+    EXPECT_EQ(rm.exit_code, 0) << rm.Describe();
+  };
+  auto serve = ServeDns({"--upstream-dns", kUpstream});
+  ASSERT_TRUE(serve.ok()) << serve.status();
+
+  // The pod's resolv.conf (a kubelet mounts one): the TEST-NET resolver.
+  char dir[] = "/tmp/egr-gvisor-dns-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string conf = absl::StrCat(dir, "/resolv.conf");
+  std::ofstream(conf) << "nameserver " << kAsked4 << "\noptions timeout:2 attempts:2\n";
+
+  // One sandbox (a start costs seconds under ptrace) runs every case in
+  // order; the probe's JSON lines and the sections "== NAME" come back.
+  const std::string probe = lab::BinaryPath("egressd-probe");
+  const std::string script = absl::StrCat(
+      "probe=", probe, "\n",
+      // 1. Before the name the address is refused at the veth.
+      "$probe tcp ", lab::kPublicA4, " 80 --timeout-ms 1500\n",
+      // 2. glibc resolves it (UDP) and the workload connects to what it got.
+      "echo '== getent allowed'\n",
+      "out=$(getent ahostsv4 ", allowed, "); rc=$?\n",
+      "echo \"rc=$rc addr=${out%% *}\"\n",
+      "$probe tcp \"${out%% *}\" 80 --timeout-ms 3000\n",
+      // 3. dig over TCP, from the address it asked.
+      "echo '== dig tcp allowed'\n",
+      "dig +time=3 +tries=1 +tcp @", kAsked4, " ", allowed, "\n",
+      // 4. The denied name: NXDOMAIN to dig and to glibc; its address refused.
+      "echo '== dig denied'\n",
+      "dig +time=3 +tries=1 @", kAsked4, " ", denied, "\n",
+      "echo '== getent denied'\n",
+      "getent ahostsv4 ", denied, "; echo \"rc=$?\"\n",
+      "$probe tcp ", lab::kPublicB4, " 80 --timeout-ms 1500\n",
+      // 5. A later allowed name: once the upstream logged it, its log holds
+      //    everything the pod asked before (dnsmasq logs in arrival order).
+      "echo '== getent later'\n",
+      "getent ahostsv4 ", later, "; echo \"rc=$?\"\n",
+      "echo '== end'\n");
+  lab.ResetCounters();
+  const uint64_t drops0 = TcDrops(), steered0 = DnsSteered();
+  RunResult g = ShInGvisor(**pod, cg, script, {{conf, "/etc/resolv.conf"}});
+  std::filesystem::remove_all(dir);
+  const std::string all = g.Describe();
+  std::vector<ProbeLine> l = Lines(g);
+  ASSERT_EQ(l.size(), 3u) << all;
+  EXPECT_FALSE(Ok(l[0])) << "before its name, the address is refused: " << all;
+  EXPECT_TRUE(absl::StartsWith(Section(g.out, "getent allowed"), absl::StrCat("rc=0 addr=", lab::kPublicA4, "\n")))
+      << all;
+  EXPECT_TRUE(Ok(l[1])) << "the resolved address connects: " << all;
+  const std::string tcp = Section(g.out, "dig tcp allowed");
+  EXPECT_TRUE(absl::StrContains(tcp, "status: NOERROR")) << all;
+  EXPECT_TRUE(absl::StrContains(tcp, absl::StrCat("SERVER: ", kAsked4, "#53(", kAsked4, ") (TCP)")))
+      << "the answer came from the address asked: " << all;
+  const std::string nx = Section(g.out, "dig denied");
+  EXPECT_TRUE(absl::StrContains(nx, "status: NXDOMAIN")) << all;
+  EXPECT_TRUE(absl::StrContains(nx, absl::StrCat("SERVER: ", kAsked4, "#53(", kAsked4, ")"))) << all;
+  EXPECT_TRUE(absl::StartsWith(Section(g.out, "getent denied"), "rc=2\n")) << "glibc: not found: " << all;
+  EXPECT_FALSE(Ok(l[2])) << "the denied name's address: " << all;
+  EXPECT_TRUE(absl::StartsWith(Section(g.out, "getent later"), lab::kPublicD4)) << all;
+  EXPECT_NE(g.out.find("== end\n"), std::string::npos) << all;
+
+  // The upstream: the later name logged, so the log is current; the denied
+  // name never reached it, the allowed one did.
+  ASSERT_TRUE((*upstream)->WaitForQuery(later, std::chrono::milliseconds(int(5000 * TimeScale()))))
+      << (*upstream)->Log();
+  EXPECT_GE((*upstream)->QueriesFor(allowed), 2u) << "UDP and TCP: " << (*upstream)->Log();
+  EXPECT_EQ((*upstream)->QueriesFor(denied), 0u) << "a denied name reached the upstream: " << (*upstream)->Log();
+  EXPECT_GE(DnsSteered() - steered0, 4u) << "the queries were steered at the veth";
+
+  // The lab hosts: the resolved address counted one connection (the one
+  // after its name), the denied name's host and the resolver asked nothing.
+  ASSERT_TRUE(lab.Drain((*pod)->netns).ok()) << lab.CountersSummary();
+  EXPECT_EQ(lab.TcpAccepts(lab::kPublicA4, 80), 1u) << lab.CountersSummary();
+  EXPECT_EQ(lab.PacketsTo(lab::kPublicB4), 0u) << lab.CountersSummary();
+  EXPECT_EQ(lab.PacketsTo(kAsked4), 0u) << "the address asked: " << lab.CountersSummary();
+  EXPECT_GE(TcDrops() - drops0, 2u) << "the refused connects reached the tc hook";
+
+  serve->Stop();
 }
 
 INSTANTIATE_TEST_SUITE_P(Registration, GvisorAtVeth, ::testing::Values(false, true),
