@@ -72,10 +72,11 @@ Network operations:
                                 "answered","nxdomain","noerror","unanswered",...}
   scm-give PATH                 offer a fresh TCP socket over SCM_RIGHTS on unix PATH
   scm-connect PATH ADDR PORT    receive a socket from PATH, connect it to ADDR PORT, echo
-  hold ADDR PORT [--interval-ms N] [--count K] [--timeout-ms T]
-                                one TCP connection; line "round":0 for the connect, then
-                                every N ms send "round i" and expect its echo (K rounds);
-                                each round line has "start_ms" (CLOCK_MONOTONIC)
+  hold ADDR PORT [--interval-ms N] [--count K] [--timeout-ms T] [--udp]
+                                one TCP connection (--udp: one connected UDP socket);
+                                line "round":0 for the connect, then every N ms send
+                                "round i" and expect its echo (K rounds); each round
+                                line has "start_ms" (CLOCK_MONOTONIC)
   mcast-join GROUP IFNAME [--api membership|source|group|source-group] [--source S]
                                 join GROUP on IFNAME (IP_ADD_MEMBERSHIP / IPV6_JOIN_GROUP,
                                 IP_ADD_SOURCE_MEMBERSHIP, MCAST_JOIN_GROUP,
@@ -87,6 +88,8 @@ Socket families (none pass the cgroup hooks; the BPF LSM judges them):
                                 V: sendto (default), send, write, sendmsg, sendmmsg,
                                 uring-send, uring-sendmsg, uring-send-zc, txring
                                 (PACKET_TX_RING + send), sendfile, splice
+  packet-frame HEX [--ifname IF]
+                                AF_PACKET: the Ethernet frame HEX as it is, on IF (eth0)
   packet-sniff DST PORT         AF_PACKET receive socket, then a UDP datagram to DST:PORT;
                                 "captured": whether the packet socket saw it
   socket-family N [--type T] [--pair]
@@ -147,6 +150,7 @@ const std::vector<OpSpec>& Specs() {
       {"hold", {A::kAddr, A::kPort}, OpHold},
       {"packet-udp", {A::kAddr4, A::kPort, A::kText}, OpPacketUdp},
       {"packet-sniff", {A::kAddr4, A::kPort}, OpPacketSniff},
+      {"packet-frame", {A::kText}, OpPacketFrame},
       {"socket-family", {A::kInt}, OpSocketFamily},
       {"uring-socket", {A::kInt}, OpUringSocket},
       {"xdp-socket", {}, OpXdpSocket},

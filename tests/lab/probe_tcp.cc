@@ -197,9 +197,14 @@ void OpHold(const Op& op) {
   const int interval = op.Int("interval-ms", 200);
   const int count = op.Int("count", 10);
   const int timeout = op.Int("timeout-ms", std::max(interval, 500));
-  Fd fd(StreamSocket(t.family));
+  // --udp: a connected UDP socket instead (the lab's UDP servers echo each
+  // datagram from the address it was sent to, so the connected socket
+  // receives it); its rounds are the same "round i" lines, one a datagram.
+  const bool udp = op.Flag("udp");
+  Fd fd(udp ? socket(t.family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0) : StreamSocket(t.family));
   {
     Json j = TargetLine(op, t);
+    if (udp) j.Str("proto", "udp");
     j.Int("round", 0);
     if (!fd.ok()) return j.Err(errno, "socket").Emit();
     int err = ConnectWithin(fd.get(), t, op.Int("connect-timeout-ms", kDefaultTimeoutMs));
