@@ -12,7 +12,10 @@
 //     policy allows ever gets out, counted at the lab host;
 //   - kill -9 and restart under a connect loop: every allowed connect
 //     passes and every denied one is refused throughout, and a learned
-//     address keeps its expiry.
+//     address keeps its expiry;
+//   - SIGTERM: egressd exits 0 and tears nothing down (every pin, link and
+//     program id as before), verdicts stay, the sandbox's DNS fails closed
+//     until the next start, which answers again.
 #include <bpf/bpf.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -20,7 +23,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +56,7 @@ using lab::RunSpec;
 
 constexpr const char* kUpstream = lab::kPublicE4;  // the config's dns.upstreams
 constexpr const char* kName = "named.example";     // -> kPublicC4
+constexpr const char* kTermName = "term.example";  // -> kPublicD4, asked only around the SIGTERM
 
 class DaemonLifecycle : public ::testing::Test {
  protected:
@@ -57,7 +64,7 @@ class DaemonLifecycle : public ::testing::Test {
     if (!lab::RunningAsRootWithSysAdmin()) return;
     auto up = DnsServer::Start(DnsServerSpec{.netns = Shared().lab().world_netns(),
                                              .listen = {kUpstream},
-                                             .records = {{kName, {lab::kPublicC4}}},
+                                             .records = {{kName, {lab::kPublicC4}}, {kTermName, {lab::kPublicD4}}},
                                              .extra_args = {"--local-ttl=300"}});
     ASSERT_TRUE(up.ok()) << up.status();
     upstream_ = std::move(*up).release();
@@ -178,6 +185,42 @@ std::string FirstLine(const std::string& s) {
   return std::string(absl::StripAsciiWhitespace(s.substr(0, s.find('\n'))));
 }
 
+// Every pin under `root` with the kernel object behind it: its id, and for
+// a link the program it runs ("link 12 prog 34"), read with bpf_obj_get.  A
+// teardown shows as a pin gone, and a re-load as new ids.
+std::map<std::string, std::string> PinnedObjects(const std::string& root) {
+  std::map<std::string, std::string> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(root, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory(ec)) continue;
+    const std::string path = it->path().string();
+    const int fd = bpf_obj_get(path.c_str());
+    if (fd < 0) {
+      out[path] = absl::StrCat("unreadable: ", strerror(errno));
+      continue;
+    }
+    // Every info struct starts with its type and id; a link's goes on with
+    // its program's id.
+    union {
+      bpf_prog_info prog;
+      bpf_map_info map;
+      bpf_link_info link;
+    } info;
+    memset(&info, 0, sizeof(info));
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) {
+      out[path] = absl::StrCat("no info: ", strerror(errno));
+    } else if (absl::StrContains(path, "/links/")) {
+      out[path] = absl::StrCat("link ", info.link.id, " prog ", info.link.prog_id);
+    } else {
+      out[path] = absl::StrCat("id ", info.map.id);
+    }
+    close(fd);
+  }
+  return out;
+}
+
 TEST_F(DaemonLifecycle, ASandboxWhoseCgroupIsRemovedIsCollectedAtOnceFromEveryMap) {
   StartDaemon();
   const std::string cg = Put("pod-gone", {{"egress", {lab::kPublicA4, kName}}, {"labels", {{"pod", "gone"}}}});
@@ -247,6 +290,25 @@ TEST_F(DaemonLifecycle, ADetachedLinkMakesReadyz503NamingItAndARestartReattaches
   EXPECT_EQ(Call("GET", "/v1/status").body["links"].value("egr_connect6", ""), "attached") << "only that one";
   // The detach mattered: the connect hook no longer refuses.
   EXPECT_NE(Errno(Connect(cg, lab::kPublicB4)), "EPERM");
+  // So the node is not enforcing, and says so; a PUT (which would report
+  // enforced: true) is refused naming the link, and changes nothing.
+  const nlohmann::json down = Call("GET", "/v1/status").body;
+  EXPECT_FALSE(down.value("enforcing", true)) << down.dump(2);
+  EXPECT_TRUE(absl::StrContains(down["enforcing_missing"].dump(), "egr_connect4: detached")) << down.dump(2);
+  auto other = lab().MakeCgroup("lifecycle-detached");
+  ASSERT_TRUE(other.ok()) << other.status();
+  registered_.push_back(*other);
+  const nlohmann::json put = {{"cgroup", *other}, {"egress", {lab::kPublicA4}}};
+  daemon::ClientResponse refused = Call("PUT", "/v1/sandboxes/pod-detached", put);
+  EXPECT_EQ(refused.status, 503) << refused.body.dump(2);
+  const nlohmann::json error = refused.body.is_object() ? refused.body.value("error", nlohmann::json::object())
+                                                         : nlohmann::json::object();
+  EXPECT_EQ(error.value("code", ""), "node_not_enforcing") << refused.body.dump(2);
+  EXPECT_TRUE(absl::StrContains(error.value("message", ""), "egr_connect4: detached")) << refused.body.dump(2);
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/pod-detached").status, 404) << "nothing was registered";
+  const uint32_t policy_before = Call("GET", "/v1/sandboxes/pod-links").body.value("policy_id", 0u);
+  EXPECT_EQ(Call("PUT", "/v1/sandboxes/pod-links", {{"cgroup", cg}, {"egress", {lab::kPublicB4}}}).status, 503);
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/pod-links").body.value("policy_id", 1u), policy_before) << "no flip either";
 
   // A restart loads (it cannot adopt a detached link) and re-attaches it.
   Kill9();
@@ -257,6 +319,10 @@ TEST_F(DaemonLifecycle, ADetachedLinkMakesReadyz503NamingItAndARestartReattaches
   EXPECT_EQ(st2["links"].value("egr_connect4", ""), "attached") << st2.dump(2);
   EXPECT_EQ(Errno(Connect(cg, lab::kPublicB4)), "EPERM") << "enforced again";
   EXPECT_TRUE(Ok(Connect(cg, lab::kPublicA4)));
+  EXPECT_TRUE(st2.value("enforcing", false)) << st2.dump(2);
+  EXPECT_FALSE(st2.contains("enforcing_missing")) << st2.dump(2);
+  EXPECT_EQ(Call("PUT", "/v1/sandboxes/pod-detached", put).status, 201) << "taken again";
+  EXPECT_EQ(Errno(Connect(*other, lab::kPublicB4)), "EPERM");
 }
 
 TEST_F(DaemonLifecycle, AHeldPutSurvivesKill9AndIsEnforcedAtRestartBeforeTheWaitingPodConnects) {
@@ -436,6 +502,62 @@ TEST_F(DaemonLifecycle, Kill9AndRestartUnderAConnectLoopChangeNoVerdictAndLearne
   EXPECT_EQ(after->expires_boot_ns, learned->expires_boot_ns) << "the learned address keeps its expiry";
   ASSERT_TRUE(lab().Drain().ok());
   EXPECT_EQ(lab().FlowsOpenedTo(lab::kPublicB4), 0u) << lab().CountersSummary();
+}
+
+// SIGTERM (a graceful stop: a DaemonSet's rollout, a node drain) tears
+// nothing down, unlike the incumbent's sidecar: egressd exits 0, every pin
+// holds the same kernel object (links running the same programs), the
+// kernel's entries, policies and records are as before, an allowed connect
+// passes and a denied one is refused (counted at the lab host), and the
+// sandbox's DNS fails closed (nothing listens on its endpoint, nothing
+// reaches the upstream) until a new egressd starts and answers it.
+TEST_F(DaemonLifecycle, SigtermTearsNothingDownAndDnsFailsClosedUntilTheNextStart) {
+  StartDaemon();
+  ASSERT_EQ(WaitReady().status, 200);
+  const std::string cg = Put("pod-term", {{"egress", {lab::kPublicA4, kName, kTermName}}});
+  EXPECT_EQ(FirstLine(Dig(cg, kName).out), lab::kPublicC4) << "served before the SIGTERM";
+  ASSERT_TRUE(Ok(Connect(cg, lab::kPublicC4))) << "learned through the daemon's proxy";
+  const std::map<std::string, std::string> pins = PinnedObjects(Shared().pin_root());
+  ASSERT_GT(pins.size(), 10u) << "the instance's maps and links";
+  auto kernel_view = [&] {
+    const nlohmann::json st = CtlStatus();
+    if (!st.is_object()) return nlohmann::json();
+    return nlohmann::json{{"cgroups", st.value("cgroups", nlohmann::json())},
+                          {"policies", st.value("policies", nlohmann::json())},
+                          {"records", st.value("records", nlohmann::json())}};
+  };
+  const nlohmann::json before = kernel_view();
+  ASSERT_FALSE(before["records"].empty()) << before.dump(2);
+
+  ASSERT_EQ(kill(daemon_->pid(), SIGTERM), 0);
+  RunResult stopped = daemon_->Wait(std::chrono::milliseconds(int(10000 * TimeScale())));
+  daemon_.reset();
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.Describe();
+  EXPECT_TRUE(absl::StrContains(stopped.err, "enforcement stays in force")) << stopped.err;
+  EXPECT_EQ(PinnedObjects(Shared().pin_root()), pins) << "a pin went, or holds another object";
+  EXPECT_EQ(kernel_view(), before) << "the maps' entries, policies or records changed";
+
+  EXPECT_TRUE(Ok(Connect(cg, lab::kPublicA4))) << "allowed stays allowed";
+  EXPECT_TRUE(Ok(Connect(cg, lab::kPublicC4))) << "a learned address stays learned";
+  EXPECT_EQ(Errno(Connect(cg, lab::kPublicB4)), "EPERM") << "denied stays denied";
+  RunResult down = Dig(cg, kTermName);
+  const std::string said = down.out + down.err;
+  EXPECT_TRUE(absl::StrContains(said, "connection refused") || absl::StrContains(said, "timed out"))
+      << "DNS fails closed while no daemon runs: " << down.Describe();
+  EXPECT_EQ(FirstLine(down.out).find(lab::kPublicD4), std::string::npos) << down.Describe();
+  EXPECT_EQ(upstream_->QueriesFor(kTermName), 0u) << "nothing reached the upstream: " << upstream_->Log();
+
+  StartDaemon();
+  ASSERT_EQ(WaitReady().status, 200);
+  EXPECT_EQ(Call("GET", "/v1/status").body.value("programs", ""), "adopted") << "nothing to re-load";
+  EXPECT_EQ(FirstLine(Dig(cg, kTermName).out), lab::kPublicD4) << "answered again";
+  EXPECT_TRUE(upstream_->WaitForQuery(kTermName, 3s)) << "positive control: " << upstream_->Log();
+  EXPECT_EQ(upstream_->QueriesFor(kTermName), 1u) << "asked once, after the restart: " << upstream_->Log();
+  EXPECT_EQ(PinnedObjects(Shared().pin_root()), pins) << "the new daemon adopted the same objects";
+  ASSERT_TRUE(lab().Drain().ok());
+  EXPECT_EQ(lab().FlowsOpenedTo(lab::kPublicB4), 0u) << lab().CountersSummary();
+  EXPECT_EQ(lab().PacketsTo(lab::kDns4), 0u) << "a query leaked to the resolver it named: " << lab().CountersSummary();
+  EXPECT_GT(lab().TcpAccepts(lab::kPublicA4, 80), 0u) << "positive control: " << lab().CountersSummary();
 }
 
 }  // namespace

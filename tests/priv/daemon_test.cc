@@ -7,6 +7,11 @@
 //   - PUT registers and says enforced only once the kernel and the DNS
 //     endpoint serve the policy; GET, list, DELETE; bad input is 400 with
 //     every reason and changes nothing.
+//   - A PUT the node cannot contain is a 409 node_cannot_contain naming
+//     what is missing, on every kernel (an instance loaded without the bpf
+//     LSM by fault injection), whether or not the daemon accepts
+//     uncontained sandboxes.  (egressctl's apply, list and delete of every
+//     per-sandbox input: daemon_apply_test.cc, in this binary.)
 //   - Callers inside a sandbox are refused (403), a node caller is served,
 //     and a sandboxed caller that exits before its request is read is
 //     refused too (its pid could name another process by then).
@@ -186,6 +191,12 @@ std::string FirstLine(const std::string& s) {
   return std::string(absl::StripAsciiWhitespace(s.substr(0, s.find('\n'))));
 }
 
+// error.FIELD of an error answer ("" when the answer is no error).
+std::string ErrorField(const nlohmann::json& body, const char* field) {
+  if (!body.is_object() || !body.contains("error") || !body["error"].is_object()) return "";
+  return body["error"].value(field, "");
+}
+
 TEST_F(Daemon, PutEnforcesAndServesDnsGetListDeleteAndBadInputChangesNothing) {
   StartDaemon();
   EXPECT_EQ(Call("GET", "/healthz").status, 200);
@@ -260,10 +271,110 @@ TEST_F(Daemon, RequiredContainmentIsGivenOrRefusedNamingWhatIsMissing) {
     return;
   }
   const std::string cg = Put("pod-strict", {{"egress", {lab::kPublicA4}}, {"require_socket_containment", true}}, 409);
+  daemon::ClientResponse again =
+      Call("PUT", "/v1/sandboxes/pod-strict", {{"cgroup", cg}, {"egress", {lab::kPublicA4}}, {"require_socket_containment", true}});
+  ASSERT_EQ(again.status, 409) << again.body.dump(2);
+  EXPECT_EQ(ErrorField(again.body, "code"), "node_cannot_contain") << again.body.dump(2);
+  const std::string message = ErrorField(again.body, "message");
+  EXPECT_TRUE(absl::StrContains(message, "socket-family containment is missing")) << message;
+  EXPECT_TRUE(absl::StrContains(message, "the bpf LSM is not in force on this node")) << "names what is missing: " << message;
+  EXPECT_TRUE(absl::StrContains(message, "nothing was changed")) << message;
   daemon::ClientResponse r = Call("GET", "/v1/sandboxes/pod-strict");
   EXPECT_EQ(r.status, 404) << "nothing was registered: " << r.body.dump();
   RunResult st = Shared().Ctl({"status", "--json"});
   EXPECT_FALSE(absl::StrContains(st.out, cg)) << st.out;
+}
+
+// The refusal on every kernel: an instance of its own loaded by egressd
+// without the bpf LSM (EGRESSD_FAULT=probe:bpf-lsm reports it inactive, as
+// this project's 6.18 host is; Debian's 6.1 has it, so without the fault
+// its guests would never take this branch).  /v1/status names what is
+// missing; a PUT requiring containment is a 409 node_cannot_contain naming
+// it (egressctl: exit 3), even where the daemon accepts uncontained
+// sandboxes; a daemon that does not accept them refuses every cgroup PUT
+// the same way; nothing is registered by any refusal.
+TEST_F(Daemon, WithoutTheBpfLsmEveryKernelRefusesContainmentNamingWhatIsMissing) {
+  const InstanceDirs dirs = Shared().Other("daemon-nolsm");
+  const std::string sock = dirs.runtime_dir + "/egressd.sock";
+  std::optional<lab::Background> d;
+  auto start = [&](bool accept) {
+    RunSpec s;
+    s.netns = lab().node_netns();
+    s.env = {{"EGRESSD_NODE_NETNS", lab().node_netns()},
+             {"EGRESSD_FAULT", "probe:bpf-lsm"},
+             // Not the test environment's opt-out: each start says its own.
+             {"EGRESSD_ACCEPT_UNCONTAINED_PACKET_SOCKETS", ""}};
+    s.argv = {lab::BinaryPath("egressd"), "--pin-root", dirs.pin_root, "--runtime-dir", dirs.runtime_dir, "--socket", sock};
+    if (accept) s.argv.push_back("--accept-uncontained-packet-sockets");
+    s.timeout = std::chrono::minutes(10);
+    auto bg = lab::Start(s);
+    ASSERT_TRUE(bg.ok()) << bg.status();
+    // The first start loads the programs (each verified): seconds, more in a guest.
+    auto line = bg->ReadOutLine(std::chrono::milliseconds(int(60000 * TimeScale())));
+    ASSERT_TRUE(line && absl::StartsWith(*line, "ready:")) << bg->err();
+    d = std::move(*bg);
+  };
+  auto call = [&](const std::string& method, const std::string& target, const nlohmann::json& body = {}) {
+    auto r = daemon::Call(sock, method, target, body.is_null() ? "" : body.dump());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : daemon::ClientResponse{};
+  };
+  auto refused_naming_it = [&](const daemon::ClientResponse& r) {
+    EXPECT_EQ(r.status, 409) << r.body.dump(2);
+    EXPECT_EQ(ErrorField(r.body, "code"), "node_cannot_contain") << r.body.dump(2);
+    const std::string m = ErrorField(r.body, "message");
+    EXPECT_TRUE(absl::StrContains(m, "socket-family containment is missing")) << m;
+    EXPECT_TRUE(absl::StrContains(m, "the bpf LSM is not in force on this node")) << "names what is missing: " << m;
+    EXPECT_TRUE(absl::StrContains(m, "nothing was changed")) << m;
+  };
+  auto nothing_registered = [&] {
+    RunResult st = Egressd::CtlAt(lab(), dirs, {"status", "--json", "--socket", sock + ".none"});
+    auto j = nlohmann::json::parse(st.out, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << st.Describe();
+    EXPECT_TRUE(j.contains("cgroups") && j["cgroups"].empty()) << "a map entry was written: " << st.out;
+    EXPECT_TRUE(j.contains("records") && j["records"].empty()) << "a record was written: " << st.out;
+  };
+  auto cg = lab().MakeCgroup("daemon-nolsm");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  const nlohmann::json plain = {{"cgroup", *cg}, {"egress", {lab::kPublicA4}}};
+  nlohmann::json strict = plain;
+  strict["require_socket_containment"] = true;
+
+  start(/*accept=*/true);
+  ASSERT_TRUE(d) << "egressd on the instance without the bpf LSM never said ready";
+  nlohmann::json st = call("GET", "/v1/status").body;
+  EXPECT_TRUE(st.value("enforcing", false)) << "the cgroup programs are in force: " << st.dump(2);
+  EXPECT_FALSE(st.value("socket_containment", true)) << st.dump(2);
+  EXPECT_TRUE(absl::StrContains(st.value("socket_containment_missing", ""), "the bpf LSM is not in force")) << st.dump(2);
+  EXPECT_TRUE(st.value("accepts_uncontained", false)) << st.dump(2);
+  refused_naming_it(call("PUT", "/v1/sandboxes/nolsm-strict", strict));
+  EXPECT_EQ(call("GET", "/v1/sandboxes/nolsm-strict").status, 404);
+  RunResult ctl = lab::Run(RunSpec{.argv = {lab::BinaryPath("egressctl"), "sandbox", "apply", "nolsm-strict", "--cgroup",
+                                            *cg, "--egress", lab::kPublicA4, "--require-socket-containment", "--socket",
+                                            sock}});
+  EXPECT_EQ(ctl.exit_code, 3) << ctl.Describe();
+  EXPECT_TRUE(absl::StrContains(ctl.err, "node_cannot_contain")) << ctl.err;
+  EXPECT_TRUE(absl::StrContains(ctl.err, "the bpf LSM is not in force")) << ctl.err;
+  nothing_registered();
+  // The operator's opt-out takes a sandbox that does not require it, saying so.
+  daemon::ClientResponse taken = call("PUT", "/v1/sandboxes/nolsm-plain", plain);
+  EXPECT_EQ(taken.status, 201) << taken.body.dump(2);
+  EXPECT_TRUE(absl::StrContains(d->err(), "registered anyway")) << d->err();
+  EXPECT_EQ(call("DELETE", "/v1/sandboxes/nolsm-plain").status, 200);
+  kill(d->pid(), SIGKILL);
+  d->Wait();
+
+  start(/*accept=*/false);
+  ASSERT_TRUE(d);
+  st = call("GET", "/v1/status").body;
+  EXPECT_FALSE(st.value("accepts_uncontained", true)) << st.dump(2);
+  refused_naming_it(call("PUT", "/v1/sandboxes/nolsm-plain", plain));
+  refused_naming_it(call("PUT", "/v1/sandboxes/nolsm-strict", strict));
+  nothing_registered();
+  kill(d->pid(), SIGKILL);
+  d->Wait();
+  RunResult unload = Egressd::CtlAt(lab(), dirs, {"unload", "--force"});
+  EXPECT_EQ(unload.exit_code, 0) << unload.Describe();
 }
 
 // Writes `request` to the daemon's socket from a child in `cgroup`, which

@@ -36,6 +36,9 @@ void PrintDaemonPart(const nlohmann::json& j, const std::string& socket) {
   std::printf("egressd daemon on %s: %s, programs %s, pins under %s\n", socket.c_str(),
               Flag(j, "enforcing") ? "enforcing" : "NOT ENFORCING", Str(j, "programs", "?").c_str(),
               Str(j, "pin_root").c_str());
+  for (const auto& why : j.value("enforcing_missing", nlohmann::json::array())) {
+    if (why.is_string()) std::printf("  NOT ENFORCING: %s\n", why.get<std::string>().c_str());
+  }
   if (!Flag(j, "socket_containment")) {
     std::printf("  socket-family containment MISSING: %s%s\n", Str(j, "socket_containment_missing").c_str(),
                 Flag(j, "accepts_uncontained") ? " (the daemon accepts uncontained sandboxes)" : "");

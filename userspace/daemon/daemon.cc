@@ -201,13 +201,18 @@ Response Daemon::Status(bool node_view) {
   nlohmann::json j;
   const bool loaded = IsLoaded(options_.paths);
   const absl::Status containment = RequireSocketContainment(options_.paths);
-  j["enforcing"] = loaded;
+  // Enforcing: every cgroup link pinned and in force in the kernel (a pin
+  // whose link was detached judges nothing), as a PUT requires (CheckNode).
+  std::vector<std::string> links_missing;
+  j["links"] = LinksJson(&links_missing);
+  j["enforcing"] = loaded && links_missing.empty();
+  if (!loaded) links_missing.insert(links_missing.begin(), "not every cgroup link is pinned under " + options_.paths.pin_root);
+  if (!links_missing.empty()) j["enforcing_missing"] = links_missing;
   j["socket_containment"] = containment.ok();
   if (!containment.ok()) j["socket_containment_missing"] = std::string(containment.message());
   j["accepts_uncontained"] = options_.accept_uncontained;
   j["programs"] = adopted_ ? "adopted" : "loaded";
   j["pin_root"] = options_.paths.pin_root;
-  j["links"] = LinksJson(nullptr);
   nlohmann::json ups = nlohmann::json::array();
   for (const auto& u : deployment_.dns.upstreams) ups.push_back(dns::UpstreamServer{u.addr, u.port}.ToString());
   j["dns"] = {{"upstreams", ups}, {"served", proxy_ ? proxy_->size() : 0}};

@@ -181,6 +181,19 @@ std::optional<Response> Daemon::CheckNode(const std::string& id, const SandboxRe
   // registered by interface alone has no cgroup and needs no bpf LSM, since
   // every frame its pod sends is judged at its veth.
   if (req.interface_only()) return std::nullopt;
+  // The cgroup links the policy is judged by, read from the kernel now: one
+  // detached or unpinned while we run (bpftool, another tool) judges
+  // nothing, and a 201 would report containment that does not exist.  The
+  // probe's kernel items (program and map types, helpers, the bpf LSM)
+  // cannot go while we run: the start's load or adoption checked them
+  // (docs/api.md, Errors).  503: a restart re-attaches (link_status.cc).
+  std::vector<std::string> links_missing;
+  LinksJson(&links_missing);
+  if (!links_missing.empty()) {
+    return ErrorResponse(503, "node_not_enforcing",
+                         absl::StrCat("refused, nothing was changed: this node is not enforcing: ",
+                                      absl::StrJoin(links_missing, "; ")));
+  }
   if (absl::Status s = RequireSocketContainment(options_.paths); !s.ok()) {
     if (!absl::IsFailedPrecondition(s)) return FromStatus(s);
     if (req.require_socket_containment || !options_.accept_uncontained) {
