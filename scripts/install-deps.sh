@@ -4,7 +4,7 @@
 set -euo pipefail
 
 # Only what the build and the tests use; vmtests/run.sh installs its own
-# (qemu, busybox, nftables, dnsmasq...).
+# (qemu, busybox, nftables, dnsmasq..., and the 6.1 kernel), called below.
 packages=(
   # build: clang compiles the BPF programs, make runs Makefile.bpf, bpftool
   # makes their skeletons
@@ -63,6 +63,11 @@ if ((${#missing[@]})); then
 else
   echo "install-deps: all ${#packages[@]} packages present"
 fi
+
+# qemu, busybox-static and Debian 12's 6.1 kernel (linux-image-amd64, with no
+# update-initramfs): vmtests/run.sh boots the priv suite on that kernel and
+# tests/priv/guest_tap_test boots it behind a pod's tap.  One list, vmtests/run.sh's.
+"$(dirname "$0")/../vmtests/run.sh" --install-only
 
 # tests/unit/deploy_manifests_test renders deploy/kubernetes with `kubectl
 # kustomize`: Debian's kubernetes-client (kubectl 1.20, kustomize v2; the

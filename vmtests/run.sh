@@ -31,6 +31,8 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 here="$repo/vmtests"
+# shellcheck source=vmtests/lib.sh
+. "$here/lib.sh"
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "vmtests: $*" >&2; exit 2; }
@@ -131,13 +133,11 @@ command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (d
 
 # ---- kernel and its modules ----------------------------------------------------------
 if [[ -z $kernel ]]; then
-  kernel=$(find /boot -maxdepth 1 -name 'vmlinuz-6.1.0-*-amd64' | sort -V | tail -n1)
+  kernel=$(vm_default_kernel)
   [[ -n $kernel ]] || die "no /boot/vmlinuz-6.1.0-*-amd64 (apt-get install linux-image-amd64)"
 fi
 [[ -r $kernel ]] || die "kernel $kernel not readable"
-release=$(file -bL "$kernel" | sed -n 's/.*, version \([^ ]*\) .*/\1/p')
-[[ -n $release ]] || release=$(basename "$kernel" | sed -n 's/^vmlinuz-//p')
-[[ -n $release ]] || die "cannot tell the release of $kernel (is it a bzImage?)"
+release=$(vm_kernel_release "$kernel") || die "cannot tell the release of $kernel"
 modules=${modules:-/lib/modules/$release}
 modules=${modules%/}
 [[ -d $modules/kernel ]] || die "no modules in $modules: pass --modules DIR (the kernel's /lib/modules/<release>)"
@@ -241,12 +241,9 @@ root="$stage/root"
 
 # ---- initramfs -----------------------------------------------------------------------
 t_pack=$(date +%s.%N)
-mkdir -p "$root"/{usr/bin,usr/sbin,usr/lib,usr/lib64,opt/egressd/bin,etc,proc,sys,dev,run,tmp,root,vmtest,mnt}
-ln -s usr/bin "$root/bin"; ln -s usr/sbin "$root/sbin"
-ln -s usr/lib "$root/lib"; ln -s usr/lib64 "$root/lib64"
+vm_root_skeleton "$root"
+mkdir -p "$root"/{opt/egressd/bin,vmtest,mnt}
 mkdir -p "$root/var/tmp"; ln -s ../run "$root/var/run"
-mknod -m 600 "$root/dev/console" c 5 1
-mknod -m 666 "$root/dev/null" c 1 3
 
 # Project binaries: a private copy (another build may be writing build/), debug info
 # stripped (symbols kept for backtraces) so the initramfs stays small.
@@ -282,21 +279,10 @@ mkdir -p "$root/usr/share/publicsuffix"
 cp /usr/share/publicsuffix/public_suffix_list.dat "$root/usr/share/publicsuffix/"
 
 # Their shared libraries (ldd's closure), at the paths the loader looks in.
-libs=$(for e in "${elfs[@]}"; do ldd "$e" 2>/dev/null || true; done |
-  awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }' | sort -u)
-for l in $libs; do
-  [[ -e $root$l ]] && continue
-  mkdir -p "$(dirname "$root$l")"
-  cp -L "$l" "$root$l"
-done
-echo /usr/lib/x86_64-linux-gnu > "$root/etc/ld.so.conf"
-ldconfig -r "$root" 2>/dev/null || true
+vm_pack_libs "$root" "${elfs[@]}"
 
 # Busybox for everything else (sh, init, insmod, timeout, ...).
-cp /bin/busybox "$root/usr/bin/busybox"
-for a in $(/bin/busybox --list); do
-  [[ -e $root/usr/bin/$a || -e $root/usr/sbin/$a ]] || ln -s busybox "$root/usr/bin/$a"
-done
+vm_pack_busybox "$root" || die "busybox"
 ln -s usr/bin/busybox "$root/init"   # busybox's init applet, with our inittab
 
 cat > "$root/etc/inittab" <<'EOF'
@@ -319,38 +305,13 @@ mkdir -p "$root/etc/iproute2"
 # their dependencies and soft dependencies in load order (modprobe -D), and a
 # modules.dep for the guest so the kernel can load more of these on demand.
 want_modules=(veth dummy sch_ingress cls_bpf nf_tables nft_reject_inet nft_ct nft_chain_nat nft_nat nft_redir)
-declare -A mod_seen=()
-for m in "${want_modules[@]}"; do
-  modprobe -d "${mod_base:-/}" -S "$release" --show-depends "$m" ||
-    die "module $m not found for $release in $modules"
-done | while read -r verb path opts; do
-  [[ $verb == insmod && -z ${mod_seen[$path]:-} ]] || continue
-  mod_seen[$path]=1
-  rel=${path#"$modules"/}
-  q=$rel
-  case $rel in
-    *.ko) q=$rel ;;
-    *.ko.xz) q=${rel%.xz} ;;
-    *.ko.zst) q=${rel%.zst} ;;
-    *.ko.gz) q=${rel%.gz} ;;
-    *) die "unknown module format: $path" ;;
-  esac
-  mkdir -p "$(dirname "$root/lib/modules/$release/$q")"
-  case $rel in
-    *.ko) cp "$path" "$root/lib/modules/$release/$q" ;;
-    *.ko.xz) xz -dc "$path" > "$root/lib/modules/$release/$q" ;;
-    *.ko.zst) zstd -qdc "$path" > "$root/lib/modules/$release/$q" ;;
-    *.ko.gz) gzip -dc "$path" > "$root/lib/modules/$release/$q" ;;
-  esac
-  echo "$q${opts:+ $opts}"
-done > "$root/vmtest/modules.order"
+vm_pack_modules "$root" "$modules" "$release" "${want_modules[@]}" > "$root/vmtest/modules.order" ||
+  die "packing the modules of $release from $modules failed"
 [[ -s $root/vmtest/modules.order ]] || die "no modules packed"
-cp "$modules"/modules.builtin* "$root/lib/modules/$release/" 2>/dev/null || true
-depmod -b "$root" "$release" 2>/dev/null || true
 
 install -m 755 "$here/guest-init.sh" "$root/vmtest/guest-init.sh"
 initrd="$stage/initramfs.cpio"
-(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) > "$initrd"
+vm_cpio "$root" "$initrd"
 
 # The guest's configuration, one per guest: a second cpio archive appended to
 # the common one (the kernel unpacks both, in order).  The marker carries a
