@@ -118,6 +118,7 @@ void OpMcastJoin(const Op& op);
 void OpSoBroadcast(const Op& op);
 void OpPacketUdp(const Op& op);
 void OpPacketSniff(const Op& op);
+void OpPacketFrame(const Op& op);
 void OpSocketFamily(const Op& op);
 void OpUringSocket(const Op& op);
 void OpXdpSocket(const Op& op);
