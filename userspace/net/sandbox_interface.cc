@@ -11,6 +11,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -92,16 +93,23 @@ absl::StatusOr<std::vector<LinkInfo>> DumpLinks() {
 }
 
 // Host routes (/32, /128) of the main table through `ifindex`: the pod's
-// addresses as the node routes them.
+// addresses as the node routes them.  Never one of the node's own addresses
+// (a local route of the local table): an IPv6 gateway address configured as
+// /128 on the veth (fd00:244::1/128, as a point-to-point CNI does) gets a
+// main-table /128 route through it, which would let the pod send as its
+// gateway and advertise the gateway's address in neighbour discovery.
 absl::StatusOr<std::vector<IpAddr>> HostRoutesVia(uint32_t ifindex) {
   std::vector<IpAddr> out;
   for (uint8_t family : {uint8_t{AF_INET}, uint8_t{AF_INET6}}) {
     rtmsg body{};
     body.rtm_family = family;
+    std::vector<std::array<uint8_t, 16>> routed, node_own;
     absl::Status s = NetlinkDump(RTM_GETROUTE, body, RTM_NEWROUTE, "RTM_GETROUTE", [&](nlmsghdr* h) {
       auto* rt = static_cast<rtmsg*>(NLMSG_DATA(h));
       const unsigned full = family == AF_INET ? 32 : 128;
-      if (rt->rtm_table != RT_TABLE_MAIN || rt->rtm_dst_len != full || rt->rtm_type != RTN_UNICAST) return;
+      if (rt->rtm_dst_len != full) return;
+      const bool local = rt->rtm_type == RTN_LOCAL;
+      if (!local && (rt->rtm_table != RT_TABLE_MAIN || rt->rtm_type != RTN_UNICAST)) return;
       uint32_t oif = 0;
       std::array<uint8_t, 16> dst{};
       bool has_dst = false;
@@ -113,10 +121,15 @@ absl::StatusOr<std::vector<IpAddr>> HostRoutesVia(uint32_t ifindex) {
           has_dst = true;
         }
       }
-      if (oif != ifindex || !has_dst) return;
-      out.push_back(family == AF_INET ? IpAddr::V4({dst[0], dst[1], dst[2], dst[3]}) : IpAddr::V6(dst));
+      if (!has_dst) return;
+      if (local) node_own.push_back(dst);
+      else if (oif == ifindex) routed.push_back(dst);
     });
     if (!s.ok()) return s;
+    for (const auto& dst : routed) {
+      if (std::find(node_own.begin(), node_own.end(), dst) != node_own.end()) continue;
+      out.push_back(family == AF_INET ? IpAddr::V4({dst[0], dst[1], dst[2], dst[3]}) : IpAddr::V6(dst));
+    }
   }
   return out;
 }
