@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 namespace egressd::bench {
@@ -52,34 +53,48 @@ json Summary(const std::vector<double>& v, bool with_p99) {
   return j;
 }
 
-Interleaved Interleave(int rounds, const std::function<Measured(int enforcer)>& run) {
+Interleaved Interleave(int rounds, const std::vector<std::string>& names,
+                       const std::function<Measured(int enforcer)>& run) {
   Interleaved r;
+  const int n = static_cast<int>(names.size());
   for (int round = 0; round < rounds; ++round) {
-    Measured m[3];
-    for (int k = 0; k < 3; ++k) {
-      const int idx = (k + round) % 3;  // rotated order
+    std::vector<Measured> m(n);
+    for (int k = 0; k < n; ++k) {
+      const int idx = (k + round) % n;  // rotated order
       m[idx] = run(idx);
       if (!m[idx].ok) r.all_ok = false;
-      r.value[kEnforcers[idx]].push_back(m[idx].value);
-      r.cpu[kEnforcers[idx]].push_back(m[idx].cpu);
+      r.value[names[idx]].push_back(m[idx].value);
+      r.cpu[names[idx]].push_back(m[idx].cpu);
     }
-    for (int idx = 1; idx < 3; ++idx) {
-      r.value_ratio[kEnforcers[idx]].push_back(m[0].value > 0 ? m[idx].value / m[0].value : 0);
-      r.cpu_ratio[kEnforcers[idx]].push_back(m[0].cpu > 0 ? m[idx].cpu / m[0].cpu : 0);
+    for (int idx = 1; idx < n; ++idx) {
+      r.value_ratio[names[idx]].push_back(m[0].value > 0 ? m[idx].value / m[0].value : 0);
+      r.cpu_ratio[names[idx]].push_back(m[0].cpu > 0 ? m[idx].cpu / m[0].cpu : 0);
     }
   }
   return r;
 }
 
+void Store(const Interleaved& r, const std::vector<std::string>& names, json& cell, const std::string& value_key,
+           const std::string& cpu_key) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    cell[value_key][names[i]] = Summary(r.value.at(names[i]));
+    cell[cpu_key][names[i]] = Summary(r.cpu.at(names[i]));
+    if (i == 0) continue;
+    cell[value_key + "_ratio"][names[i]] = Summary(r.value_ratio.at(names[i]));
+    cell[cpu_key + "_ratio"][names[i]] = Summary(r.cpu_ratio.at(names[i]));
+  }
+}
+
+namespace {
+const std::vector<std::string> kThree(std::begin(kEnforcers), std::end(kEnforcers));
+}  // namespace
+
+Interleaved Interleave(int rounds, const std::function<Measured(int enforcer)>& run) {
+  return Interleave(rounds, kThree, run);
+}
+
 void Store(const Interleaved& r, json& cell, const std::string& value_key, const std::string& cpu_key) {
-  for (const char* en : kEnforcers) {
-    cell[value_key][en] = Summary(r.value.at(en));
-    cell[cpu_key][en] = Summary(r.cpu.at(en));
-  }
-  for (const char* en : {"nftables", "egressd"}) {
-    cell[value_key + "_ratio"][en] = Summary(r.value_ratio.at(en));
-    cell[cpu_key + "_ratio"][en] = Summary(r.cpu_ratio.at(en));
-  }
+  Store(r, kThree, cell, value_key, cpu_key);
 }
 
 }  // namespace egressd::bench

@@ -57,5 +57,11 @@ Interleaved Interleave(int rounds, const std::function<Measured(int enforcer)>& 
 // Writes <value_key>, <cpu_key> (per enforcer) and <value_key>_ratio,
 // <cpu_key>_ratio (nftables, egressd) into cell.
 void Store(const Interleaved& r, json& cell, const std::string& value_key, const std::string& cpu_key);
+// The same over other enforcers (bench/veth_bench.cc): `names` in pod order,
+// names[0] the no-filter floor every ratio is to.
+Interleaved Interleave(int rounds, const std::vector<std::string>& names,
+                       const std::function<Measured(int enforcer)>& run);
+void Store(const Interleaved& r, const std::vector<std::string>& names, json& cell, const std::string& value_key,
+           const std::string& cpu_key);
 
 }  // namespace egressd::bench

@@ -48,6 +48,19 @@ std::map<std::string, std::pair<double, double>> ProgStats(const std::string& pi
   return out;
 }
 
+std::map<std::string, std::pair<double, double>> PinnedProgStats(const std::string& dir) {
+  std::map<std::string, std::pair<double, double>> out;
+  for (const std::string& pin : Pins(dir)) {
+    lab::RunResult prog = Bpftool({"prog", "show", "pinned", pin});
+    const json j = json::parse(prog.out, nullptr, false);
+    if (prog.exit_code != 0 || j.is_discarded() || !j.contains("run_cnt")) continue;
+    auto& v = out[j.value("name", std::filesystem::path(pin).filename().string())];
+    v.first += j.value("run_time_ns", 0.0);
+    v.second += j.value("run_cnt", 0.0);
+  }
+  return out;
+}
+
 void AddProgStats(std::map<std::string, std::pair<double, double>>& total,
                   const std::map<std::string, std::pair<double, double>>& before,
                   const std::map<std::string, std::pair<double, double>>& after) {

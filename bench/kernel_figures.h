@@ -13,6 +13,10 @@ namespace egressd::bench {
 // pinned under pin_root.
 std::map<std::string, std::pair<double, double>> ProgStats(const std::string& pin_root);
 
+// The same for programs pinned as programs (not links) under dir: the tc
+// programs a load pins at <pin_root>/progs, attached by netlink filters.
+std::map<std::string, std::pair<double, double>> PinnedProgStats(const std::string& dir);
+
 // Accumulates the difference of two ProgStats into total.
 void AddProgStats(std::map<std::string, std::pair<double, double>>& total,
                   const std::map<std::string, std::pair<double, double>>& before,

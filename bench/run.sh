@@ -27,6 +27,13 @@
 #                          issue 15's figure (bench/migrate_bench.cc): a load
 #                          migrating 100k (--quick 10k) learned addresses from
 #                          egr_resolved_v1: <date>-migrate.json and .md
+#   bench/run.sh [--quick] --only veth
+#                          issue 17's figure (bench/veth_bench.cc): connect
+#                          rate, UDP sends and iperf3 through a pod's veth with
+#                          no filter, nftables in the pod, and egressd's tc
+#                          program (a sandbox registered by interface only),
+#                          interleaved: <date>-veth.json and .md (about 4
+#                          minutes; --quick about 25 s)
 #   bench/run.sh [--quick] --only handover
 #                          issue 15's hand-over figures: the hand-over test
 #                          (tests/priv/daemon_handover_test.cc) run 5 times
@@ -47,8 +54,8 @@ while (($#)); do
   case $1 in
     --quick) quick=(--quick) ;;
     --only)
-      if [[ ${2:-} != dns && ${2:-} != dnsspeed && ${2:-} != audit-nflog && ${2:-} != daemon-apply && ${2:-} != migrate && ${2:-} != handover ]]; then
-        echo "bench/run.sh: --only takes \"dns\", \"dnsspeed\", \"audit-nflog\", \"daemon-apply\", \"migrate\" or \"handover\" (got \"${2:-}\")" >&2
+      if [[ ${2:-} != dns && ${2:-} != dnsspeed && ${2:-} != audit-nflog && ${2:-} != daemon-apply && ${2:-} != migrate && ${2:-} != handover && ${2:-} != veth ]]; then
+        echo "bench/run.sh: --only takes \"dns\", \"dnsspeed\", \"audit-nflog\", \"daemon-apply\", \"migrate\", \"handover\" or \"veth\" (got \"${2:-}\")" >&2
         exit 2
       fi
       only=(--only "$2")
@@ -63,7 +70,7 @@ while (($#)); do
       shift
       ;;
     *)
-      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed|audit-nflog|daemon-apply|migrate|handover] [--sandboxes N])" >&2
+      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed|audit-nflog|daemon-apply|migrate|handover|veth] [--sandboxes N])" >&2
       exit 2
       ;;
   esac
@@ -88,6 +95,20 @@ if [[ ${only[1]:-} == migrate ]]; then
   "$build/bench/migrate_bench" "${quick[@]}" --out "$out/$stamp-migrate.json" >"$out/$stamp-migrate.md"
   echo "bench/run.sh: $out/$stamp-migrate.json, $out/$stamp-migrate.md"
   cat "$out/$stamp-migrate.md"
+  exit 0
+fi
+if [[ ${only[1]:-} == veth ]]; then
+  # Issue 17's figure alone: its own table, nothing else built or run.
+  if [[ ! -x $build/bench/veth_bench ]]; then
+    cmake --build "$build" --target veth_bench >/dev/null
+  fi
+  if ((${#quick[@]})); then out=${BENCH_OUT:-$(mktemp -d /tmp/egr-bench-smoke-XXXXXX)}; else out=${BENCH_OUT:-bench/results}; fi
+  mkdir -p "$out"
+  stamp=$(date -u +%Y-%m-%d)
+  "$build/bench/veth_bench" "${quick[@]}" --out "$out/$stamp-veth.json"
+  python3 bench/report_veth.py "$out/$stamp-veth.json" "$out/$stamp-veth.md"
+  echo "bench/run.sh: $out/$stamp-veth.json, $out/$stamp-veth.md"
+  cat "$out/$stamp-veth.md"
   exit 0
 fi
 if [[ ! -x $build/bench/enforcer_bench ]]; then
