@@ -10,12 +10,16 @@
 // queries still in flight when its time limit ends as lost.
 //
 //   egr-dns-load --server IP [--port P] --name NAME [--qtype N] --rate R
-//                --seconds S [--timeout-ms T] [--ready-line]
+//                --seconds S [--timeout-ms T] [--ready-line] [--samples FILE]
 // With --ready-line it prints "first-answer" on its own line (flushed) when
 // the first answer arrives, so a caller can act while the load runs (the
 // hand-over bench starts the new daemon then).  At the end it prints one JSON line: sent, answered, lost, late_sends (sent over 1 ms
 // behind schedule), rcodes, offered_qps, and latency p50/p90/p99/p999/max in
-// µs.  Bad flags: exit 2; a socket failure: exit 1.
+// µs.  With --samples it also writes every query to FILE, one line each:
+// "<send CLOCK_MONOTONIC ns> <latency µs, -1 if lost> <rcode>", so a caller
+// can take the figures of the queries sent inside a window it timed on the
+// same clock (the hand-over's, from the new daemon's start to the old one's
+// exit).  Bad flags: exit 2; a socket or file failure: exit 1.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -37,7 +41,7 @@ namespace {
 int Usage(const std::string& why) {
   std::fprintf(stderr,
                "egr-dns-load: %s\nusage: egr-dns-load --server IP [--port P] --name NAME [--qtype N] --rate R "
-               "--seconds S [--timeout-ms T] [--ready-line]\n",
+               "--seconds S [--timeout-ms T] [--ready-line] [--samples FILE]\n",
                why.c_str());
   return 2;
 }
@@ -82,7 +86,7 @@ double Quantile(std::vector<double>& v, double p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string server, name;
+  std::string server, name, samples;
   unsigned port = 53, qtype = 1, timeout_ms = 1000;
   double rate = 0, seconds = 0;
   bool ready_line = false;
@@ -99,6 +103,8 @@ int main(int argc, char** argv) {
       server = v;
     } else if (a == "--name") {
       name = v;
+    } else if (a == "--samples") {
+      samples = v;
     } else if (a == "--port" && (port = std::strtoul(v.c_str(), &end, 10), *end == 0) && port > 0 && port < 65536) {
     } else if (a == "--qtype" && (qtype = std::strtoul(v.c_str(), &end, 10), *end == 0) && qtype > 0 && qtype < 65536) {
     } else if (a == "--timeout-ms" && (timeout_ms = std::strtoul(v.c_str(), &end, 10), *end == 0) && timeout_ms > 0) {
@@ -128,7 +134,9 @@ int main(int argc, char** argv) {
   const size_t total = static_cast<size_t>(rate * seconds);
   // Under 60,000/s and a timeout of 1 s an ID is never reused while its
   // query can still be answered.
-  std::vector<int64_t> sent_at(total, 0);
+  std::vector<int64_t> sent_at(total, 0), sent_mono(total, 0);
+  std::vector<double> lat_of(total, -1);
+  std::vector<int> rcode_of(total, -1);
   std::vector<bool> done(total, false);
   std::vector<int64_t> index_of(65536, -1);
   std::vector<double> lat_us;
@@ -149,6 +157,7 @@ int main(int argc, char** argv) {
       q[0] = static_cast<uint8_t>(id >> 8);
       q[1] = static_cast<uint8_t>(id);
       sent_at[sent] = Now(CLOCK_REALTIME);  // SO_TIMESTAMPNS is CLOCK_REALTIME
+      sent_mono[sent] = Now(CLOCK_MONOTONIC);
       if (send(fd, q.data(), q.size(), 0) < 0 && errno != EAGAIN && errno != ECONNREFUSED) {
         std::fprintf(stderr, "egr-dns-load: send: %s\n", std::strerror(errno));
         return 1;
@@ -185,6 +194,8 @@ int main(int argc, char** argv) {
       }
       if (rx == 0) rx = Now(CLOCK_REALTIME);
       lat_us.push_back(static_cast<double>(rx - sent_at[idx]) / 1000.0);
+      lat_of[idx] = lat_us.back();
+      rcode_of[idx] = in[3] & 0x0f;
       ++rcodes[RcodeName(in[3] & 0x0f)];
     }
     mono = Now(CLOCK_MONOTONIC);
@@ -195,6 +206,21 @@ int main(int argc, char** argv) {
     pollfd p{fd, POLLIN, 0};
     timespec ts{wait / 1'000'000'000, wait % 1'000'000'000};
     ppoll(&p, 1, &ts, nullptr);
+  }
+  if (!samples.empty()) {
+    FILE* f = std::fopen(samples.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "egr-dns-load: --samples %s: %s\n", samples.c_str(), std::strerror(errno));
+      return 1;
+    }
+    for (size_t i = 0; i < sent; ++i) {
+      std::fprintf(f, "%lld %.1f %s\n", static_cast<long long>(sent_mono[i]), lat_of[i],
+                   rcode_of[i] < 0 ? "-" : RcodeName(rcode_of[i]));
+    }
+    if (std::fclose(f) != 0) {
+      std::fprintf(stderr, "egr-dns-load: --samples %s: %s\n", samples.c_str(), std::strerror(errno));
+      return 1;
+    }
   }
   const double window_s = static_cast<double>(last_send - start) / 1e9;
   std::string rc;

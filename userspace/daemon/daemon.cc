@@ -84,6 +84,12 @@ absl::Status Daemon::Start() {
       EGR_RETURN_IF_ERROR(RequireKernel(paths));
       EGR_ASSIGN_OR_RETURN(LoadReport r, LoadEnforcement(paths, lock));
       spdlog::info("programs loaded: {} attached, {} updated in place", r.links_attached, r.links_updated);
+      // As `egressctl load` prints it: an upgrade over an older layout says what it carried.
+      for (const auto& m : r.migrations) {
+        spdlog::info("migrated {} -> {}: {} entries carried, {} forgotten since (deleted from the copy), {:.3f} s; {} "
+                     "unpinned",
+                     m.from, m.to, m.carried, m.leveled, m.seconds, m.from);
+      }
     } else {
       spdlog::info("programs adopted: this build's, pinned under {}", paths.pin_root);
     }

@@ -4,6 +4,10 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +15,23 @@
 #include "userspace/daemon/daemon.h"
 
 namespace egressd::daemon {
+
+// For tests only (docs/operations.md "Upgrade"): with
+// EGRESSD_TEST_HANDOVER_HOLD=<point> a new daemon stops at that point of its
+// hand-over ("before-serving": every socket taken and inherited, "serving"
+// not said; "after-serving": "serving" said, "released" not awaited),
+// prints "handover-hold: <point>" on stdout and waits to be killed (SIGKILL:
+// the handled signals only wake it).  A test kills it there, at the moment a
+// crash would be worst, instead of racing a log line.  Unset in production;
+// any other value holds nowhere.
+static void HoldForTest(const char* point) {
+  const char* want = std::getenv("EGRESSD_TEST_HANDOVER_HOLD");
+  if (want == nullptr || std::strcmp(want, point) != 0) return;
+  spdlog::warn("hand-over: EGRESSD_TEST_HANDOVER_HOLD={}: holding here until killed", point);
+  std::printf("handover-hold: %s\n", point);
+  std::fflush(stdout);
+  for (;;) pause();
+}
 
 absl::Status Daemon::TakeOver() {
   const std::string lock_path = options_.paths.runtime_dir + "/daemon.lock";
@@ -69,7 +90,9 @@ absl::Status Daemon::FinishStart() {
   size_t unused = 0;
   for (ReceivedFd& f : taking_over_->fds()) unused += f.fd.valid() ? 1 : 0;
   if (unused > 0) spdlog::info("hand-over: {} socket(s) served by no sandbox of this daemon", unused);
+  HoldForTest("before-serving");
   EGR_RETURN_IF_ERROR(taking_over_->SendServing());
+  HoldForTest("after-serving");
   taking_over_->AwaitReleased(io_, [this, hooks = std::move(hooks)](absl::StatusOr<uint64_t> seq) mutable {
     if (seq.ok()) {
       spdlog::info("hand-over: the old daemon released the audit reader at seq {}", *seq);

@@ -1,0 +1,210 @@
+// A real new egressd killed (SIGKILL) in the middle of the hand-over
+// (issue 15: "if the new one dies during the hand-over, the old one keeps
+// serving"), stopped at the exact point by EGRESSD_TEST_HANDOVER_HOLD
+// (daemon_handover.cc) rather than by racing its log:
+//   - before it says "serving" (it holds the lock, the API listener and every
+//     DNS socket, inherited into its proxy): the old one serves on, under a
+//     dig loop running across the hold and the kill; every query answered
+//     and right, each audited once with gap-free sequence numbers, the API
+//     and the audit reader still the old one's, nothing pinned changed, and
+//     a real hand-over works afterwards;
+//   - after it said "serving": the old one has stopped reading and exits 0
+//     as superseded (it cannot take back what it gave up); enforcement stays
+//     exactly as pinned and connects are judged as before, the sandbox's DNS
+//     fails closed (no answer, no query reaches the upstream) and the API is
+//     gone, until a restarted daemon serves again (docs/operations.md,
+//     "Upgrade").
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "daemon_handover_fixture.h"
+#include "pin_snapshot.h"
+
+namespace egressd::test::handover {
+namespace {
+
+std::chrono::milliseconds Scaled(int ms) { return std::chrono::milliseconds(static_cast<int>(ms * TimeScale())); }
+
+TEST_F(DaemonHandover, ANewDaemonKilledBeforeItServesLeavesTheOldServingLosingNothing) {
+  old_ = StartDaemon();
+  ASSERT_TRUE(old_);
+  const std::string cg = Put("pod-kill-before", {{"egress", {kAllowed}}});
+  const uint64_t id = Call("GET", "/v1/sandboxes/pod-kill-before").body.value("cgroup_id", uint64_t{0});
+  ASSERT_NE(id, 0u);
+  ASSERT_TRUE(WaitFor([&] { return AuditReader(); }, 5000)) << "the old daemon never took the audit reader";
+  const uint64_t audited_before = AuditedQueries(id, nullptr);
+  const PinSnapshot pins_before = SnapshotPins(Shared().pin_root());
+
+  auto queries = QueryLoop(cg);
+  ASSERT_TRUE(queries);
+  std::vector<QueryLine> seen;
+  auto read_queries = [&](size_t at_least) {
+    while (seen.size() < at_least) {
+      auto line = queries->ReadOutLine(20s);
+      if (!line) return false;
+      if (auto q = ParseQuery(*line)) seen.push_back(*q);
+    }
+    return true;
+  };
+  ASSERT_TRUE(read_queries(8)) << "the query loop never ran: " << queries->err();
+
+  // The new daemon, held where it has taken and inherited every socket and
+  // not said "serving".
+  new_ = SpawnDaemon("before-serving");
+  ASSERT_TRUE(new_);
+  auto held = new_->ReadOutLine(Scaled(60000));
+  ASSERT_TRUE(held && *held == "handover-hold: before-serving") << "the new daemon never reached the hold: "
+                                                                << new_->err();
+  EXPECT_TRUE(absl::StrContains(new_->err(), "hand-over: took")) << new_->err();
+  // While it holds them, the old one answers (the new one reads nothing).
+  const size_t at_hold = seen.size();
+  ASSERT_TRUE(read_queries(at_hold + 8)) << "no query answered while the new daemon held the sockets";
+  ASSERT_EQ(kill(new_->pid(), SIGKILL), 0);
+  RunResult killed = new_->Wait(Scaled(10000));
+  new_.reset();
+  EXPECT_FALSE(absl::StrContains(killed.out, "ready:")) << "it never served: " << killed.Describe();
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(old_->err(), "went before it served"); }, 5000)) << old_->err();
+  EXPECT_TRUE(old_->running());
+  const size_t at_kill = seen.size();
+  ASSERT_TRUE(read_queries(at_kill + 8)) << "no query answered after the kill: " << queries->err();
+  std::ofstream(stop_file_) << "stop\n";
+  RunResult rest = queries->Wait(Scaled(30000));
+  for (absl::string_view l : absl::StrSplit(rest.out, '\n', absl::SkipEmpty())) {
+    if (auto q = ParseQuery(std::string(l))) seen.push_back(*q);
+  }
+
+  // Every query of the loop (before, during the hold, after the kill)
+  // answered, and right.
+  std::map<std::string, int> asked;
+  size_t lost = 0, wrong = 0;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    const QueryLine& q = seen[i];
+    ++asked[q.name + " " + q.transport];
+    if (q.status.empty()) {
+      ++lost;
+      ADD_FAILURE() << "query " << i << " (" << q.name << " over " << q.transport << ") got no answer";
+    } else if (q.name == kAllowed) {
+      wrong += q.status != "NOERROR" || q.matching < 1;
+    } else {
+      wrong += q.status != "NXDOMAIN";
+    }
+  }
+  EXPECT_EQ(lost, 0u);
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_GE(seen.size(), at_kill + 8);
+
+  // The old one still serves the API and reads the audit ring; every query
+  // audited exactly once, the sequence numbers without gap or repeat.
+  EXPECT_EQ(Call("GET", "/readyz").status, 200);
+  EXPECT_EQ(Call("GET", "/v1/sandboxes/pod-kill-before").status, 200);
+  EXPECT_TRUE(WaitFor([&] { return AuditReader(); }, 2000));
+  std::map<std::string, int> audited;
+  ASSERT_TRUE(WaitFor([&] { return AuditedQueries(id, nullptr) >= audited_before + seen.size(); }, 10000))
+      << "the audit stream lacks queries";
+  size_t seqs = 0;
+  EXPECT_EQ(AuditedQueries(id, &audited, &seqs), audited_before + seen.size()) << "each query audited exactly once";
+  EXPECT_EQ(audited_before, 0u) << "a new sandbox";
+  EXPECT_EQ(audited, asked) << "the audit records name each query as asked";
+  // Nothing pinned changed: no pin, map, link or program.
+  const PinSnapshot pins_after = SnapshotPins(Shared().pin_root());
+  EXPECT_EQ(pins_after, pins_before) << PinDiff(pins_before, pins_after);
+
+  // A real hand-over still works after the killed one.
+  new_ = StartDaemon();
+  ASSERT_TRUE(new_);
+  RunResult old_exit = old_->Wait(Scaled(10000));
+  old_.reset();
+  EXPECT_EQ(old_exit.exit_code, 0) << old_exit.Describe();
+  std::printf("handover kill before serving: %zu queries across the hold and the kill (lost %zu, wrong %zu), audit "
+              "seqs %zu gap-free\n",
+              seen.size(), lost, wrong, seqs);
+}
+
+TEST_F(DaemonHandover, ANewDaemonKilledAfterItServesLeavesEnforcementAndDnsFailsClosedUntilARestart) {
+  old_ = StartDaemon();
+  ASSERT_TRUE(old_);
+  const std::string cg = Put("pod-kill-after", {{"egress", {kAllowed}}});
+  ASSERT_FALSE(cg.empty());
+  auto dig = [&](const char* name, bool tcp) {
+    RunResult r =
+        lab::Run(InSandbox(cg, {"dig", "+time=2", "+tries=1", tcp ? "+tcp" : "+notcp", "+short", "@8.8.8.8", name}));
+    return std::string(absl::StripAsciiWhitespace(r.out));
+  };
+  auto connect = [&](const char* addr) {
+    RunResult r = lab::Run(InSandbox(cg, {"setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--",
+                                          lab::BinaryPath("egressd-probe"), "batch",
+                                          absl::StrCat("tcp ", addr, " 80 --timeout-ms 3000")}));
+    auto lines = Lines(r);
+    EXPECT_EQ(lines.size(), 1u) << r.Describe();
+    return lines.empty() ? lab::ProbeLine{} : lines[0];
+  };
+  // The allowed name learned (its address connects), the denied refused.
+  ASSERT_EQ(dig(kAllowed, false), lab::kPublicC4);
+  ASSERT_TRUE(Ok(connect(lab::kPublicC4)));
+  ASSERT_EQ(Errno(connect(lab::kPublicB4)), "EPERM");
+  const PinSnapshot pins_before = SnapshotPins(Shared().pin_root());
+
+  new_ = SpawnDaemon("after-serving");
+  ASSERT_TRUE(new_);
+  auto held = new_->ReadOutLine(Scaled(60000));
+  ASSERT_TRUE(held && *held == "handover-hold: after-serving") << "the new daemon never reached the hold: "
+                                                               << new_->err();
+  // Told "serving", the old one stops reading, releases the audit reader
+  // and exits, as in any hand-over.
+  RunResult old_exit = old_->Wait(Scaled(10000));
+  old_.reset();
+  EXPECT_EQ(old_exit.exit_code, 0) << old_exit.Describe();
+  EXPECT_TRUE(absl::StrContains(old_exit.err, "superseded")) << old_exit.err;
+  ASSERT_EQ(kill(new_->pid(), SIGKILL), 0);
+  new_->Wait(Scaled(10000));
+  new_.reset();
+
+  // No daemon now.  Enforcement stays exactly as pinned, and in force.
+  const PinSnapshot pins_after = SnapshotPins(Shared().pin_root());
+  EXPECT_EQ(pins_after, pins_before) << PinDiff(pins_before, pins_after);
+  lab().ResetCounters();
+  EXPECT_TRUE(Ok(connect(lab::kPublicC4))) << "a learned address still connects";
+  EXPECT_EQ(Errno(connect(lab::kPublicB4)), "EPERM") << "a denied one is still refused";
+  ASSERT_TRUE(lab().Drain().ok());
+  EXPECT_EQ(lab().FlowsOpenedTo(lab::kPublicB4), 0u) << lab().CountersSummary();
+  EXPECT_GT(lab().FlowsOpenedTo(lab::kPublicC4), 0u) << lab().CountersSummary();
+  // DNS fails closed: no answer over UDP or TCP, and nothing reached the
+  // upstream by any path (the count moves again once a daemon serves: the
+  // positive control below).
+  const uint64_t upstream_before = upstream_->QueriesFor(kAllowed);
+  // (The endpoint's sockets closed with their last holder: the redirected
+  // query is refused by the node, dig says so.)
+  for (bool tcp : {false, true}) {
+    const std::string out = dig(kAllowed, tcp);
+    EXPECT_FALSE(absl::StrContains(out, lab::kPublicC4)) << (tcp ? "TCP" : "UDP") << ": no answer without a daemon";
+    EXPECT_TRUE(absl::StrContains(out, "no servers could be reached")) << (tcp ? "TCP: " : "UDP: ") << out;
+  }
+  EXPECT_EQ(upstream_->QueriesFor(kAllowed), upstream_before) << "no query went around the proxy";
+  // The API is gone with it (its listener closed with the last holder).
+  EXPECT_FALSE(daemon::Call(socket(), "GET", "/readyz").ok());
+
+  // A restart (what the DaemonSet does when the pod's container dies)
+  // serves again: a fresh start, nothing to take over.
+  new_ = StartDaemon();
+  ASSERT_TRUE(new_);
+  EXPECT_FALSE(absl::StrContains(new_->err(), "hand-over: took")) << new_->err();
+  EXPECT_EQ(dig(kAllowed, false), lab::kPublicC4);
+  EXPECT_TRUE(WaitFor([&] { return upstream_->QueriesFor(kAllowed) > upstream_before; }, 5000))
+      << "the upstream's count is current (a served query shows in it)";
+  EXPECT_TRUE(WaitFor([&] { return daemon::Call(socket(), "GET", "/readyz").ok() && Call("GET", "/readyz").status == 200; }, 5000));
+  const PinSnapshot pins_restarted = SnapshotPins(Shared().pin_root());
+  EXPECT_EQ(pins_restarted, pins_before) << "the restart adopted the pins: " << PinDiff(pins_before, pins_restarted);
+}
+
+}  // namespace
+}  // namespace egressd::test::handover
