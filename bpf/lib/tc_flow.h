@@ -201,11 +201,18 @@ static __always_inline struct egr_flow_val *egr_flow_find(const struct egr_flow_
 }
 
 /* A packet of the flow, from the pod (from_pod) or to it: refreshes it and
- * follows the TCP close; an RST ends it at once. */
+ * follows the TCP close; an RST ends it at once.  A change of state whose
+ * timeout is shorter than the one before (a FIN: the transitory timeout after
+ * the idle one; an answer, where the idle timeout is the shorter) re-arms the
+ * timer for it: armed for the old one, it would fire late and the closed or
+ * idle flow hold its sandbox's room past its end.  On a change only (at most
+ * twice a flow), never per packet. */
 static __always_inline void egr_flow_seen(const struct egr_flow_key *key, struct egr_flow_val *e,
 					  const struct egr_pkt *p, int from_pod)
 {
 	int opener_is_pod = !(e->flags & EGR_FLOW_INBOUND);
+	__u8 was = e->flags;
+	__u64 shorter;
 
 	if (key->proto == IPPROTO_TCP) {
 		if (p->tcp_flags & EGR_TCP_RST) {
@@ -218,6 +225,11 @@ static __always_inline void egr_flow_seen(const struct egr_flow_key *key, struct
 	if (from_pod != opener_is_pod)
 		e->flags |= EGR_FLOW_REPLIED;
 	e->last_ns = bpf_ktime_get_boot_ns();
+	if (e->flags == was)
+		return;
+	shorter = egr_flow_timeout_ns(key->proto, e->flags);
+	if (shorter < egr_flow_timeout_ns(key->proto, was))
+		bpf_timer_start(&e->timer, shorter, 0);
 }
 
 /* The key of a packet, the pod's side first.  0: the packet has no flow

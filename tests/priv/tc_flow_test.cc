@@ -4,9 +4,12 @@
 // veth.  Inbound TCP connections from peers the policy denies complete while
 // the pod itself cannot open one to them; a flow a learned name allowed
 // outlives the name's expiry while a new one is refused; one sandbox's full
-// quota takes nothing from another.  What arrived is counted at the lab
-// hosts (after a Drain) or by the capture; waits are on counters, map state
-// or the clock a learned entry expires by, never on a sleep.
+// quota takes nothing from another, and a flow it cannot hold is judged per
+// packet, counted and audited (flow-untracked); a FIN-closed flow leaves by
+// the close timeout and an idle one by the idle timeouts.  What arrived is
+// counted at the lab hosts (after a Drain) or by the capture; waits are on
+// counters, map state or the clock a learned entry expires by, never on a
+// sleep.
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <fcntl.h>
@@ -23,9 +26,12 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "egressd_env.h"
@@ -65,6 +71,91 @@ void InNetns(const std::string& netns, Fn fn) {
     fn();
   });
   t.join();
+}
+
+// A socket of the pod's netns the test drives itself (no sandbox cgroup: the
+// stand-in for a gVisor or VM workload's connection, judged only at the
+// veth), to a lab echo server.  Echo sends `text` and reads it back within
+// the deadline.
+class PodSocket {
+ public:
+  PodSocket(const std::string& netns, int type, const char* addr, uint16_t port, std::chrono::milliseconds wait) {
+    InNetns(netns, [&] { fd_ = socket(AF_INET, type | SOCK_CLOEXEC, 0); });
+    if (fd_ < 0) {
+      error_ = absl::StrCat("socket: ", std::strerror(errno));
+      return;
+    }
+    timeval tv{.tv_sec = static_cast<time_t>(wait.count() / 1000),
+               .tv_usec = static_cast<suseconds_t>((wait.count() % 1000) * 1000)};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    inet_pton(AF_INET, addr, &sa.sin_addr);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      error_ = absl::StrCat("connect: ", std::strerror(errno));
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~PodSocket() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+  const std::string& error() const { return error_; }
+  bool Echo(const std::string& text) {
+    if (send(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+      error_ = absl::StrCat("send: ", std::strerror(errno));
+      return false;
+    }
+    std::string got;
+    char buf[256];
+    while (got.size() < text.size()) {
+      const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        error_ = n == 0 ? "EOF" : absl::StrCat("recv: ", std::strerror(errno));
+        return false;
+      }
+      got.append(buf, n);
+    }
+    return got == text;
+  }
+  // TCP: the FIN (shutdown), then the peer's (recv returns 0).
+  bool CloseAndWaitPeer() {
+    if (shutdown(fd_, SHUT_WR) != 0) {
+      error_ = absl::StrCat("shutdown: ", std::strerror(errno));
+      return false;
+    }
+    char buf[64];
+    const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+    if (n != 0) error_ = n < 0 ? absl::StrCat("recv: ", std::strerror(errno)) : "data after FIN";
+    return n == 0;
+  }
+
+ protected:
+  int fd_ = -1;
+  std::string error_;
+};
+struct PodTcp : PodSocket {
+  PodTcp(const std::string& netns, const char* addr, uint16_t port, std::chrono::milliseconds wait)
+      : PodSocket(netns, SOCK_STREAM, addr, port, wait) {}
+};
+struct PodUdp : PodSocket {
+  PodUdp(const std::string& netns, const char* addr, uint16_t port, std::chrono::milliseconds wait)
+      : PodSocket(netns, SOCK_DGRAM, addr, port, wait) {}
+};
+
+std::vector<nlohmann::json> AuditOf(uint64_t id) {
+  RunResult a = Shared().Ctl({"audit", "--sandbox", std::to_string(id)});
+  EXPECT_EQ(a.exit_code, 0) << a.Describe();
+  std::vector<nlohmann::json> out;
+  std::istringstream in(a.out);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) out.push_back(j);
+  }
+  return out;
 }
 
 class TcFlow : public testing::Test {
@@ -465,6 +556,149 @@ TEST_F(TcFlow, OneSandboxsFullQuotaTakesNothingFromAnother) {
   EXPECT_EQ(lab().TcpAccepts(kPublicC4, 80), 1u) << lab().CountersSummary();
   const auto after = TcStats();
   EXPECT_GE(after[EGR_TC_STAT_FLOW_UNTRACKED] - before[EGR_TC_STAT_FLOW_UNTRACKED], 1u);
+
+  // And audited (docs/audit.md, tc records): A's untracked flow as `tc`
+  // records of reason flow-untracked (a pass: the packet itself was the
+  // policy's to judge), its UDP packets folded per destination into the
+  // window's summary; B, never over its quota, has none.
+  const uint32_t ifindex = NodeIfindex(lab(), lab().pod(0).node_ifname);
+  uint64_t untracked = 0;
+  nlohmann::json record;
+  ASSERT_TRUE(Lab::WaitFor(
+      [&] {
+        for (const auto& j : AuditOf(sa)) {
+          if (j.value("type", "") != "tc" || j.value("reason", "") != "flow-untracked") continue;
+          untracked += j.value("count", 0);
+          record = j;
+        }
+        return untracked >= 1;
+      },
+      Scaled(8000)))
+      << "no flow-untracked record of sandbox " << sa;
+  EXPECT_EQ(record["verdict"], "allow") << record.dump();
+  EXPECT_EQ(record["action"], "pass") << record.dump();
+  EXPECT_EQ(record["sandbox"]["id"], sa) << record.dump();
+  EXPECT_EQ(record["interface"]["index"], ifindex) << record.dump();
+  EXPECT_EQ(record["interface"]["name"], lab().pod(0).node_ifname) << record.dump();
+  EXPECT_EQ(record["IP"]["destination"], kPublicC4) << record.dump();
+  EXPECT_EQ(record["l4"]["UDP"]["destination_port"], 7001) << record.dump();
+  EXPECT_FALSE(record.contains("process")) << record.dump();
+  for (const auto& j : AuditOf(sb)) EXPECT_NE(j.value("reason", ""), "flow-untracked") << j.dump();
+}
+
+// A TCP flow a learned name allowed, closed by a FIN from each side after it
+// lived past its first timer: its entry goes on the transitory (close)
+// timeout, never the idle one, and leaves the table by it.  Before the close the flow passed after its learned
+// entry expired; after it, nothing of the tuple passes and a new connection
+// is refused.
+TEST_F(TcFlow, FinClosedFlowLeavesTheTableByTheCloseTimeout) {
+  const int transitory_s = static_cast<int>(std::ceil(2 * TimeScale()));
+  const std::string config = FlowConfig(absl::StrCat("  tcpTransitorySeconds: ", transitory_s, "\n"));
+  const std::string cg = Cgroup();
+  Add(cg, 0, {"--egress", kPublicA4, "--config", config});
+  const uint64_t sb = SandboxId(cg);
+  const auto ttl = Scaled(1000);
+  const uint64_t expires = Learn(sb, kPublicC4, ttl);
+  const auto before = TcStats();
+
+  PodTcp conn(lab().pod(0).netns, kPublicC4, 80, Scaled(2000));
+  ASSERT_TRUE(conn.ok()) << conn.error();
+  ASSERT_TRUE(conn.Echo("before-expiry")) << conn.error();
+  ASSERT_TRUE(Lab::WaitFor([&] { return BootNs() > expires; }, ttl + Scaled(1000)));
+  ASSERT_TRUE(conn.Echo("after-expiry")) << "the flow passes after its learned entry expired: " << conn.error();
+  EXPECT_GT(TcStats()[EGR_TC_STAT_FLOW_PASS], before[EGR_TC_STAT_FLOW_PASS]);
+  auto flows = Flows(sb);
+  ASSERT_EQ(flows.size(), 1u);
+  const egr_flow_key key = flows[0].first;
+  EXPECT_EQ(flows[0].second.flags & EGR_FLOW_CLOSING, 0) << "open: on the idle timeout";
+  // The connection outlives the transitory timeout its entry's timer was
+  // first armed for (at the SYN): the timer has since been re-armed for the
+  // idle one (an hour), and the close must shorten it again.
+  const uint64_t created = flows[0].second.created_ns;
+  ASSERT_TRUE(Lab::WaitFor([&] { return BootNs() > created + (transitory_s + 1) * 1'000'000'000ull; },
+                           std::chrono::seconds(transitory_s + 2)));
+  ASSERT_TRUE(conn.Echo("past-the-first-timer")) << "still open: " << conn.error();
+  ASSERT_EQ(Flows(sb).size(), 1u);
+
+  // The pod's FIN; the lab server answers EOF with its own.
+  ASSERT_TRUE(conn.CloseAndWaitPeer()) << conn.error();
+  flows = Flows(sb);
+  ASSERT_EQ(flows.size(), 1u) << "closed, the flow waits out its close timeout";
+  EXPECT_NE(flows[0].second.flags & EGR_FLOW_CLOSING, 0) << "the FIN put it on the transitory timeout";
+  const long long closed_at = MonoMs();
+  ASSERT_TRUE(Lab::WaitFor([&] { return Flows(sb).empty(); }, Scaled(2000) + std::chrono::seconds(transitory_s)))
+      << "still there after the close timeout";
+  EXPECT_GE(MonoMs() - closed_at, transitory_s * 1000 - 1000) << "left before its close timeout";
+  EXPECT_EQ(Count(sb).flows, 0);
+
+  // Nothing of the tuple passes now (a segment of it, through the pinned
+  // program), and a new connection is refused.
+  const int in = bpf_obj_get((Shared().pin_root() + "/progs/egr_tc_ingress").c_str());
+  ASSERT_GE(in, 0) << std::strerror(errno);
+  EXPECT_EQ(TestRun(in, NodeIfindex(lab(), lab().pod(0).node_ifname), lab().node_netns(),
+                    Frame(lab().pod(0).v4.c_str(), key.pod_port, kPublicC4, 80, kAck)),
+            kRefused)
+      << "a segment of the closed flow";
+  close(in);
+  auto fresh = InPod(0, {"tcp", kPublicC4, "80", "--timeout-ms", "300"});
+  ASSERT_EQ(fresh.size(), 1u) << last_;
+  EXPECT_FALSE(Ok(fresh[0])) << "a new connection after the close: " << last_;
+  ASSERT_TRUE(lab().Drain(lab().pod(0).netns).ok());
+  EXPECT_EQ(lab().TcpAccepts(kPublicC4, 80), 1u) << "the first connection only: " << lab().CountersSummary();
+  EXPECT_EQ(lab().FlowsOpenedTo(kPublicC4), 1u) << "the refused SYN never arrived: " << lab().CountersSummary();
+}
+
+// The idle timeouts (flows.tcpIdleSeconds, flows.udpIdleSeconds) end a
+// learned flow nothing is sent on: both pass after the learned entry's
+// expiry while active, both leave the table once idle, and what the pod then
+// sends on the same sockets never arrives.
+TEST_F(TcFlow, IdleFlowsExpireByTheirIdleTimeouts) {
+  const int idle_s = static_cast<int>(std::ceil(3 * TimeScale()));
+  const std::string config =
+      FlowConfig(absl::StrCat("  tcpIdleSeconds: ", idle_s, "\n  udpIdleSeconds: ", idle_s, "\n"));
+  const std::string cg = Cgroup();
+  Add(cg, 0, {"--egress", kPublicA4, "--config", config});
+  const uint64_t sb = SandboxId(cg);
+  const auto ttl = Scaled(1000);
+  const uint64_t expires = Learn(sb, kPublicC4, ttl);
+
+  PodTcp tcp(lab().pod(0).netns, kPublicC4, 80, Scaled(1000));
+  ASSERT_TRUE(tcp.ok()) << tcp.error();
+  PodUdp udp(lab().pod(0).netns, kPublicC4, 7000, Scaled(1000));
+  ASSERT_TRUE(udp.ok()) << udp.error();
+  ASSERT_TRUE(tcp.Echo("one")) << tcp.error();
+  ASSERT_TRUE(udp.Echo("one")) << udp.error();
+  ASSERT_TRUE(Lab::WaitFor([&] { return BootNs() > expires; }, ttl + Scaled(1000)));
+  // Active past the expiry: both flows pass (the positive control).
+  ASSERT_TRUE(tcp.Echo("two")) << "TCP after the expiry: " << tcp.error();
+  ASSERT_TRUE(udp.Echo("two")) << "UDP after the expiry: " << udp.error();
+  const long long active_at = MonoMs();
+  auto flows = Flows(sb);
+  ASSERT_EQ(flows.size(), 2u);
+  for (const auto& [k, v] : flows) {
+    if (k.proto == IPPROTO_TCP) EXPECT_NE(v.flags & EGR_FLOW_REPLIED, 0) << "answered: on tcpIdleSeconds";
+  }
+  ASSERT_TRUE(lab().Drain(lab().pod(0).netns).ok());
+  const uint64_t tcp_before = lab().PacketsTo(kPublicC4, kProtoTcp);
+  ASSERT_EQ(lab().UdpDatagrams(kPublicC4, 7000), 2u) << lab().CountersSummary();
+
+  // Idle: both leave by their timers, not before the timeout.
+  ASSERT_TRUE(Lab::WaitFor([&] { return Flows(sb).empty(); }, std::chrono::seconds(idle_s) + Scaled(3000)))
+      << "idle flows still tracked: " << [&] {
+           std::string out;
+           for (const auto& [k, v] : Flows(sb)) {
+             out += absl::StrCat(" proto ", k.proto, " flags ", v.flags, " idle ms ", (BootNs() - v.last_ns) / 1000000);
+           }
+           return out;
+         }();
+  EXPECT_GE(MonoMs() - active_at, idle_s * 1000 - 1000) << "gone before the idle timeout";
+  EXPECT_EQ(Count(sb).flows, 0);
+  EXPECT_FALSE(tcp.Echo("three")) << "TCP after its idle expiry";
+  EXPECT_FALSE(udp.Echo("three")) << "UDP after its idle expiry";
+  ASSERT_TRUE(lab().Drain(lab().pod(0).netns).ok());
+  EXPECT_EQ(lab().PacketsTo(kPublicC4, kProtoTcp), tcp_before)
+      << "no segment of the idle TCP flow arrived (retransmissions included): " << lab().CountersSummary();
+  EXPECT_EQ(lab().UdpDatagrams(kPublicC4, 7000), 2u) << "the idle UDP flow's datagram: " << lab().CountersSummary();
 }
 
 // Removing a sandbox takes its flows and counts with it (timers cancelled):
