@@ -301,8 +301,11 @@ absl::StatusOr<const Pod*> Lab::AddPod() {
   pod->v4 = absl::StrCat("10.244.0.", n + 2);
   pod->v6 = fmt::format("fd00:244::{:x}", n + 2);
   if (auto s = AddNamespace(pod->netns_name); !s.ok()) return s;
-  if (auto s = RunChecked({"ip", "link", "add", pod->ifname, "netns", pod->netns_name, "type",
-                           "veth", "peer", "name", pod->node_ifname, "netns", node_netns_name()});
+  // The pod's MAC is fixed (02:00:00:00:00:<n+2>, pod 0's the one crafted
+  // frames carry): the tc program checks every frame's source MAC against it.
+  if (auto s = RunChecked({"ip", "link", "add", pod->ifname, "address", fmt::format("02:00:00:00:00:{:02x}", n + 2),
+                           "netns", pod->netns_name, "type", "veth", "peer", "name", pod->node_ifname, "netns",
+                           node_netns_name()});
       !s.ok())
     return s;
   // As a point-to-point CNI: the pod's only addresses are host routes, its

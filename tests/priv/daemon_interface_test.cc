@@ -4,7 +4,8 @@
 // no bpf LSM (the packet-socket rule is a cgroup's), it survives a kill -9 and
 // a restart (the start's reconcile and the cgroup-removal watch leave it: its
 // interface lives) and a config reload (recompiled, still at its veth), and
-// DELETE frees the pod.  Bad input is a 400 naming the
+// DELETE frees the pod; its DNS is steered at the veth to the daemon's proxy
+// (dig and glibc in the pod).  Bad input is a 400 naming the
 // field and the value, and nothing changes; a `sandbox_runtime` that sends
 // from its own stack (gvisor) without an interface is refused with the reason.
 #include <signal.h>
@@ -25,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon_harness.h"
 #include "egressd_env.h"
+#include "lab_dns.h"
 #include "maps/if_sandbox_table.h"
 #include "userspace/daemon/client.h"
 
@@ -63,6 +65,7 @@ class DaemonInterface : public ::testing::Test {
     }
     for (const auto& ifname : interfaces_) Shared().Ctl({"sandbox", "remove", "--interface", ifname});
     if (daemon_) daemon_->Stop();
+    for (const auto& ifname : links_) lab::Run({.argv = {"nsenter", "--net=" + lab().node_netns(), "ip", "link", "del", ifname}});
     unlink(config_.c_str());
   }
   Lab& lab() { return Shared().lab(); }
@@ -94,7 +97,7 @@ class DaemonInterface : public ::testing::Test {
 
   std::string config_;
   std::optional<lab::Background> daemon_;
-  std::vector<std::string> registered_, interfaces_;
+  std::vector<std::string> registered_, interfaces_, links_;
   std::string last_;
 };
 
@@ -170,11 +173,98 @@ TEST_F(DaemonInterface, PutWithoutCgroupIsJudgedAtTheVethAndSurvivesARestart) {
   EXPECT_TRUE(Ok(free_after[0])) << "deleted, the pod is free: " << last_;
 }
 
+// DNS through the daemon for an interface-only sandbox: the pod asks a
+// resolver no host has (dig, then glibc), the tc program steers the query at
+// the veth to the daemon's proxy (its endpoint on the pod gateway), which asks
+// the lab's dnsmasq for a name in scope and releases the answer from the
+// address asked; the learned address then connects.  A denied name is
+// NXDOMAIN and never reaches dnsmasq (its log, beside the allowed name's
+// query), and the address asked sees nothing.
+TEST_F(DaemonInterface, InterfaceOnlySandboxResolvesThroughTheDaemon) {
+  const std::string tag = absl::StrCat(getpid());
+  const std::string allowed = absl::StrCat("ifdns-", tag, ".example"), denied = absl::StrCat("ifdeny-", tag, ".example");
+  const std::string later = absl::StrCat("ifdns-later-", tag, ".example");  // orders dnsmasq's log
+  constexpr const char* kAsked4 = "192.0.2.53";  // TEST-NET: no lab host has it
+  auto upstream = lab::DnsServer::Start(lab::DnsServerSpec{
+      .netns = lab().world_netns(),
+      .listen = {lab::kPublicE4},
+      .records = {{allowed, {lab::kPublicC4}}, {later, {lab::kPublicC4}}, {denied, {lab::kPublicB4}}}});
+  ASSERT_TRUE(upstream.ok()) << upstream.status();
+  std::ofstream(config_) << "dns:\n  upstreams: [" << lab::kPublicE4 << "]\n  endpoint4: " << lab::kPodGatewayV4
+                         << "\n  endpoint6: " << lab::kPodGatewayV6 << "\n";
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  auto pod = lab().AddPod();
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  auto connect = [&](const char* addr) {
+    auto l = InPod(**pod, {"tcp", addr, "80", "--timeout-ms", "500"});
+    EXPECT_EQ(l.size(), 1u) << last_;
+    return !l.empty() && Ok(l[0]);
+  };
+  const std::string id = absl::StrCat("ifdns-", tag);
+  auto put = Call("PUT", "/v1/sandboxes/" + id,
+                  {{"interface", (*pod)->node_ifname}, {"egress", Egress({allowed, later})}, {"sandbox_runtime", "gvisor"}});
+  ASSERT_EQ(put.status, 201) << put.body.dump();
+  registered_.push_back(id);
+  interfaces_.push_back((*pod)->node_ifname);
+  ASSERT_TRUE(put.body["interface_only"].get<bool>()) << put.body.dump();
+  EXPECT_FALSE(connect(lab::kPublicC4)) << "before the name, its address is refused";
+
+  auto in_pod = [&](std::vector<std::string> argv) {
+    RunSpec spec;
+    spec.argv = std::move(argv);
+    spec.netns = (*pod)->netns;
+    spec.timeout = std::chrono::milliseconds(static_cast<int>(20000 * TimeScale()));
+    return lab::Run(spec);
+  };
+  RunResult d = in_pod({"dig", "+time=2", "+tries=2", absl::StrCat("@", kAsked4), allowed});
+  EXPECT_NE(d.out.find("status: NOERROR"), std::string::npos) << d.Describe();
+  EXPECT_NE(d.out.find(absl::StrCat("SERVER: ", kAsked4, "#53(", kAsked4, ")")), std::string::npos)
+      << "the answer came from the address asked: " << d.Describe();
+  EXPECT_NE(d.out.find(lab::kPublicC4), std::string::npos) << d.Describe();
+  EXPECT_TRUE(connect(lab::kPublicC4)) << "the learned address connects";
+  EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(lab::kPublicC4, 80) == 1; })) << lab().CountersSummary();
+
+  // glibc's getaddrinfo, its resolv.conf naming the TEST-NET resolver.
+  char dir[] = "/tmp/egr-ifdns-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string conf = absl::StrCat(dir, "/resolv.conf");
+  std::ofstream(conf) << "nameserver " << kAsked4 << "\noptions timeout:2 attempts:2\n";
+  RunResult g = in_pod({"unshare", "--mount", "--", "sh", "-c",
+                        absl::StrCat("mount --bind ", conf, " /etc/resolv.conf && getent ahostsv4 ", allowed)});
+  unlink(conf.c_str());
+  rmdir(dir);
+  EXPECT_EQ(g.exit_code, 0) << g.Describe();
+  EXPECT_TRUE(absl::StartsWith(g.out, lab::kPublicC4)) << g.Describe();
+
+  RunResult nx = in_pod({"dig", "+time=2", "+tries=2", absl::StrCat("@", kAsked4), denied});
+  EXPECT_NE(nx.out.find("status: NXDOMAIN"), std::string::npos) << nx.Describe();
+  // An allowed name asked after it: once dnsmasq logged that one, it would
+  // have logged the denied one before it.
+  RunResult l = in_pod({"dig", "+time=2", "+tries=2", absl::StrCat("@", kAsked4), later});
+  EXPECT_NE(l.out.find("status: NOERROR"), std::string::npos) << l.Describe();
+  ASSERT_TRUE(Lab::WaitFor([&] { return absl::StrContains((*upstream)->Log(), absl::StrCat("] ", later, " from")); }))
+      << "positive control: " << (*upstream)->Log();
+  const std::string log = (*upstream)->Log();
+  EXPECT_NE(log.find(absl::StrCat("] ", allowed, " from")), std::string::npos) << "positive control: " << log;
+  EXPECT_EQ(log.find(absl::StrCat("] ", denied, " from")), std::string::npos) << "a denied name reached dnsmasq: " << log;
+  EXPECT_FALSE(connect(lab::kPublicB4)) << "the denied name's address";
+  ASSERT_TRUE(lab().Drain((*pod)->netns).ok());
+  EXPECT_EQ(lab().PacketsTo(kAsked4), 0u) << "the address asked saw nothing: " << lab().CountersSummary();
+  EXPECT_EQ(lab().PacketsTo(lab::kPublicB4), 0u) << lab().CountersSummary();
+}
+
 TEST_F(DaemonInterface, BadPutIs400NamingTheFieldAndNothingChanges) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   auto cg = lab().MakeCgroup("ifonly-put-bad");
   ASSERT_TRUE(cg.ok()) << cg.status();
   const std::string ifname = lab().pod(0).node_ifname;
+  // A veth the node has no host route through and whose other end has no
+  // address: its pod's sources could not be checked.
+  const std::string unknown = absl::StrCat("egd", getpid() % 1000000, "a");
+  RunResult mk = lab::Run({.argv = {"nsenter", "--net=" + lab().node_netns(), "ip", "link", "add", unknown, "type",
+                                    "veth", "peer", "name", absl::StrCat("egd", getpid() % 1000000, "b")}});
+  ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
+  links_.push_back(unknown);
   struct Case {
     nlohmann::json body;
     std::string names;
@@ -182,6 +272,9 @@ TEST_F(DaemonInterface, BadPutIs400NamingTheFieldAndNothingChanges) {
   const std::vector<Case> cases = {
       {{{"egress", Egress({lab::kPublicA4})}}, "field cgroup: is required, or pod_uid, interface or interface_netns"},
       {{{"interface", "lo"}, {"egress", Egress({lab::kPublicA4})}}, "field interface \"lo\""},
+      {{{"interface", unknown}, {"egress", Egress({lab::kPublicA4})}},
+       absl::StrCat("field interface \"", unknown, "\": the pod's addresses behind ", unknown,
+                    " are unknown: the node has no host route (/32 or /128) through it")},
       {{{"interface_netns", "/proc/self/status"}, {"egress", Egress({lab::kPublicA4})}},
        "field interface_netns \"/proc/self/status\""},
       {{{"interface", ifname}, {"interface_netns", lab().pod(0).netns}, {"egress", Egress({lab::kPublicA4})}},

@@ -297,6 +297,10 @@ Bytes Frame(bool v6, uint8_t proto, const char* src, uint16_t sport, const char*
             bool udp_csum0 = false) {
   const size_t l3 = 14, l4 = l3 + (v6 ? 40 : 20), l4len = (proto == 6 ? 20 : 8) + 12;
   Bytes f(l4 + l4len, 0);
+  // Source MAC: pod 0's (the lab fixes it, 02:00:00:00:00:02), which the
+  // tc program checks the pod's frames against.
+  f[6] = 0x02;
+  f[11] = 0x02;
   f[12] = v6 ? 0x86 : 0x08;
   f[13] = v6 ? 0xdd : 0x00;
   if (v6) {

@@ -292,6 +292,12 @@ TEST_F(TcInterfaceOnly, VanishedInterfaceIsCollectedByReconcile) {
                                "name", peer}});
   ASSERT_EQ(mk.exit_code, 0) << mk.Describe();
   ASSERT_EQ(lab::Run({.argv = {"nsenter", "--net=" + lab().node_netns(), "ip", "link", "set", ifname, "up"}}).exit_code, 0);
+  // Its "pod" end has an address (no host route names one): a registration
+  // whose pod's addresses are unknown is refused (tc_pod_identity_test).
+  ASSERT_EQ(lab::Run({.argv = {"nsenter", "--net=" + lab().node_netns(), "ip", "addr", "add", "10.244.251.9/32", "dev",
+                               peer}})
+                .exit_code,
+            0);
   const uint32_t gone_ifindex = NodeIfindex(ifname);
   ASSERT_NE(gone_ifindex, 0u);
   const uint64_t gone = maps::InterfaceSandboxId(gone_ifindex);

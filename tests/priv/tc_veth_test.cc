@@ -328,6 +328,9 @@ TEST_F(TcVeth, CraftedFramesThroughTheTcProgram) {
   Bytes lsrr = {131, 7, 4, 192, 0, 2, 11};
   Bytes arp = Eth(0x0806);
   arp.resize(42, 0);
+  // Its sender MAC is the pod's (the lab fixes pod 0's: 02:00:00:00:00:02),
+  // as the frame's source is; sender IP 0.0.0.0: a probe, claiming nothing.
+  for (int i = 0; i < 6; ++i) arp[22 + i] = i == 0 || i == 5 ? 2 : 0;
   Bytes vlan = Eth(0x8100);
   vlan.insert(vlan.end(), {0, 1, 0x08, 0});
   Bytes inner = V4(kPublicB4, 7000);

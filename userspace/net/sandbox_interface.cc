@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -26,20 +27,37 @@ namespace {
 
 // One RTM_GET* dump of the calling thread's netns: `on` sees each message of
 // type `want`; the dump's end, its error and the socket's are the caller's.
+// A `target_netnsid` >= 0 asks about the namespace of that id as the calling
+// thread's sees it, in the request's attribute `target_attr`
+// (IFLA_TARGET_NETNSID, IFA_TARGET_NETNSID), which the kernel honours for
+// address dumps only under strict checking (NETLINK_GET_STRICT_CHK).
 template <typename Body, typename OnMessage>
-absl::Status NetlinkDump(uint16_t type, const Body& body, uint16_t want, const char* what, OnMessage on) {
+absl::Status NetlinkDump(uint16_t type, const Body& body, uint16_t want, const char* what, OnMessage on,
+                         int32_t target_netnsid = -1, uint16_t target_attr = 0) {
   UniqueFd s(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
   if (!s.valid()) return ErrnoStatus(errno, "netlink socket");
   struct {
     nlmsghdr h;
     Body b;
+    alignas(NLMSG_ALIGNTO) rtattr target;
+    int32_t nsid;
   } req{};
-  req.h.nlmsg_len = sizeof(req);
+  static_assert(offsetof(decltype(req), target) == NLMSG_ALIGN(sizeof(nlmsghdr) + sizeof(Body)));
+  req.h.nlmsg_len = target_netnsid >= 0 ? sizeof(req) : offsetof(decltype(req), target);
   req.h.nlmsg_type = type;
   req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
   req.h.nlmsg_seq = 1;
   req.b = body;
-  if (send(s.get(), &req, sizeof(req), 0) < 0) return ErrnoStatus(errno, absl::StrCat("netlink ", what));
+  if (target_netnsid >= 0) {
+    req.target.rta_type = target_attr;
+    req.target.rta_len = RTA_LENGTH(sizeof(int32_t));
+    req.nsid = target_netnsid;
+    const int one = 1;
+    if (setsockopt(s.get(), SOL_NETLINK, NETLINK_GET_STRICT_CHK, &one, sizeof(one)) != 0) {
+      return ErrnoStatus(errno, "netlink strict checking");
+    }
+  }
+  if (send(s.get(), &req, req.h.nlmsg_len, 0) < 0) return ErrnoStatus(errno, absl::StrCat("netlink ", what));
   std::vector<char> buf(64 * 1024);
   for (;;) {
     ssize_t n = recv(s.get(), buf.data(), buf.size(), 0);
@@ -60,10 +78,12 @@ struct LinkInfo {
   std::string name, kind;
   std::optional<std::array<uint8_t, 6>> mac;
   uint32_t link = 0;  // IFLA_LINK: a veth's peer's ifindex (in the peer's netns)
+  int32_t link_netnsid = -1;  // IFLA_LINK_NETNSID: the peer's netns; -1: the same one
 };
 
-// Every link of the calling thread's netns (an RTM_GETLINK dump).
-absl::StatusOr<std::vector<LinkInfo>> DumpLinks() {
+// Every link of the calling thread's netns (an RTM_GETLINK dump), or of the
+// netns of id `netnsid` as the calling thread's sees it.
+absl::StatusOr<std::vector<LinkInfo>> DumpLinks(int32_t netnsid = -1) {
   std::vector<LinkInfo> out;
   ifinfomsg body{};
   body.ifi_family = AF_UNSPEC;
@@ -74,6 +94,7 @@ absl::StatusOr<std::vector<LinkInfo>> DumpLinks() {
     for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
       if (a->rta_type == IFLA_IFNAME) li.name = static_cast<const char*>(RTA_DATA(a));
       if (a->rta_type == IFLA_LINK) std::memcpy(&li.link, RTA_DATA(a), 4);
+      if (a->rta_type == IFLA_LINK_NETNSID) std::memcpy(&li.link_netnsid, RTA_DATA(a), 4);
       if (a->rta_type == IFLA_ADDRESS && RTA_PAYLOAD(a) == 6) {
         std::array<uint8_t, 6> m;
         std::memcpy(m.data(), RTA_DATA(a), 6);
@@ -87,8 +108,40 @@ absl::StatusOr<std::vector<LinkInfo>> DumpLinks() {
       }
     }
     out.push_back(li);
-  });
+  }, netnsid, IFLA_TARGET_NETNSID);
   if (!s.ok()) return s;
+  return out;
+}
+
+// The global addresses (scope universe: no link-local, no loopback) on
+// interface `ifindex` of the netns of id `netnsid` (-1: the calling
+// thread's), an RTM_GETADDR dump per family.
+absl::StatusOr<std::vector<IpAddr>> GlobalAddressesOf(uint32_t ifindex, int32_t netnsid) {
+  std::vector<IpAddr> out;
+  for (uint8_t family : {uint8_t{AF_INET}, uint8_t{AF_INET6}}) {
+    ifaddrmsg body{};
+    body.ifa_family = family;
+    absl::Status s = NetlinkDump(RTM_GETADDR, body, RTM_NEWADDR, "RTM_GETADDR", [&](nlmsghdr* h) {
+      auto* ifa = static_cast<ifaddrmsg*>(NLMSG_DATA(h));
+      if (ifa->ifa_index != ifindex || ifa->ifa_family != family || ifa->ifa_scope != RT_SCOPE_UNIVERSE) return;
+      const unsigned size = family == AF_INET ? 4 : 16;
+      std::optional<std::array<uint8_t, 16>> local, address;
+      int len = static_cast<int>(IFA_PAYLOAD(h));
+      for (auto* a = IFA_RTA(ifa); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+        if ((a->rta_type != IFA_LOCAL && a->rta_type != IFA_ADDRESS) || RTA_PAYLOAD(a) != size) continue;
+        std::array<uint8_t, 16> b{};
+        std::memcpy(b.data(), RTA_DATA(a), size);
+        (a->rta_type == IFA_LOCAL ? local : address) = b;
+      }
+      // IFA_LOCAL is the interface's own (IFA_ADDRESS is the far end on a
+      // point-to-point link); IPv6 sends IFA_ADDRESS alone.
+      const auto& own = local ? local : address;
+      if (!own) return;
+      const auto& b = *own;
+      out.push_back(family == AF_INET ? IpAddr::V4({b[0], b[1], b[2], b[3]}) : IpAddr::V6(b));
+    }, netnsid, IFA_TARGET_NETNSID);
+    if (!s.ok()) return s;
+  }
   return out;
 }
 
@@ -134,6 +187,45 @@ absl::StatusOr<std::vector<IpAddr>> HostRoutesVia(uint32_t ifindex) {
   return out;
 }
 
+// Who the pod behind the node's link `node` is, for anti-spoofing at the
+// veth: the MAC of the veth's other end (the pod's; none for a tap: a guest
+// picks its own), and its addresses: the node's host routes through the link
+// (what the node routes back to the pod, as a point-to-point CNI sets them
+// up) or, when the node has none (it reaches the pod by a subnet route), the
+// global addresses on the pod's end of the veth, read from the pod's netns
+// through its id.  With neither, the pod's sources could not be checked at
+// all (egr_ifpod_v1 holds no entry without addresses, and a pod could send
+// as any other): that registration is refused, naming what is missing.
+absl::Status FillPod(const LinkInfo& node, const std::string& what, const std::string& input, HostInterface& hi) {
+  auto routes = HostRoutesVia(node.ifindex);
+  if (!routes.ok()) return routes.status();
+  hi.pod_addrs = std::move(*routes);
+  bool peer_found = false;
+  if (node.kind == "veth" && node.link != 0) {
+    auto peer_links = DumpLinks(node.link_netnsid);
+    if (!peer_links.ok()) return peer_links.status();
+    for (const auto& l : *peer_links) {
+      if (l.ifindex != node.link) continue;
+      peer_found = true;
+      hi.pod_mac = l.mac;
+      if (hi.pod_addrs.empty()) {
+        auto addrs = GlobalAddressesOf(l.ifindex, node.link_netnsid);
+        if (!addrs.ok()) return addrs.status();
+        hi.pod_addrs = std::move(*addrs);
+      }
+    }
+  }
+  if (!hi.pod_addrs.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " \"", input, "\": the pod's addresses behind ", node.name,
+      " are unknown: the node has no host route (/32 or /128) through it",
+      node.kind != "veth" ? " and a tap has no other end to read them from"
+      : peer_found        ? absl::StrCat(" and the pod's end of the veth (ifindex ", node.link, ") has no global address")
+                          : " and the pod's end of the veth was not found",
+      "; without them its sources could not be checked (a pod could send as another): route the pod's addresses "
+      "to it by host routes, as a point-to-point CNI does, or give its end of the veth its addresses first"));
+}
+
 }  // namespace
 
 absl::StatusOr<HostInterface> ResolveHostInterface(const std::string& ifname, const std::string& what) {
@@ -147,10 +239,11 @@ absl::StatusOr<HostInterface> ResolveHostInterface(const std::string& ifname, co
   if (idx == 0) return bad("is not an interface of the node's network namespace");
   auto links = DumpLinks();
   if (!links.ok()) return links.status();
-  std::string kind;
+  LinkInfo node;
   for (const auto& l : *links) {
-    if (l.ifindex == idx) kind = l.kind;
+    if (l.ifindex == idx) node = l;
   }
+  const std::string& kind = node.kind;
   // Only a sandbox's own link: judging the node's uplink (or a bridge) as one
   // sandbox would apply its policy to everything the node forwards.
   if (kind != "veth" && kind != "tun") {
@@ -158,9 +251,8 @@ absl::StatusOr<HostInterface> ResolveHostInterface(const std::string& ifname, co
                             "; a sandbox is registered by the node end of its veth (or its VM's tap)"));
   }
   HostInterface hi{.name = ifname, .ifindex = idx};
-  auto addrs = HostRoutesVia(idx);
-  if (!addrs.ok()) return addrs.status();
-  hi.pod_addrs = std::move(*addrs);
+  node.name = ifname;
+  EGR_RETURN_IF_ERROR(FillPod(node, what, ifname, hi));
   return hi;
 }
 
@@ -194,10 +286,8 @@ absl::StatusOr<HostInterface> HostInterfaceOfNetns(const std::string& netns_path
   if (!node_links.ok()) return node_links.status();
   for (const auto& l : *node_links) {
     if (l.ifindex == veths[0].link && l.kind == "veth" && l.link == veths[0].ifindex) {
-      HostInterface hi{.name = l.name, .ifindex = l.ifindex, .pod_mac = veths[0].mac};
-      auto addrs = HostRoutesVia(l.ifindex);
-      if (!addrs.ok()) return addrs.status();
-      hi.pod_addrs = std::move(*addrs);
+      HostInterface hi{.name = l.name, .ifindex = l.ifindex};
+      EGR_RETURN_IF_ERROR(FillPod(l, what, netns_path, hi));
       return hi;
     }
   }

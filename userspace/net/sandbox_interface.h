@@ -20,8 +20,10 @@ struct HostInterface {
   std::string name;
   uint32_t ifindex = 0;
   // Who the pod is, for anti-spoofing at the veth: its addresses (the node's
-  // host routes through the interface: what the node routes back to it) and,
-  // found from its netns only, the MAC of its end of the veth.
+  // host routes through the interface: what the node routes back to it; with
+  // none, the global addresses on the pod's end of the veth) and the MAC of
+  // its end of the veth (a tap: none).  Never empty: an interface whose
+  // pod's addresses cannot be found is refused (InvalidArgument).
   std::vector<IpAddr> pod_addrs;
   std::optional<std::array<uint8_t, 6>> pod_mac;
 };
