@@ -96,20 +96,21 @@ class DaemonHandover : public ::testing::Test {
 
   // An egressd as the DaemonSet runs it: same config, socket and mounts;
   // `hold` sets EGRESSD_TEST_HANDOVER_HOLD (daemon_handover.cc).
-  std::optional<lab::Background> SpawnDaemon(const std::string& hold = "") {
+  std::optional<lab::Background> SpawnDaemon(const std::string& hold = "", int audit_window_ms = 200) {
     RunSpec s;
     s.netns = lab().node_netns();
     s.env = Shared().CtlEnv();
     if (!hold.empty()) s.env["EGRESSD_TEST_HANDOVER_HOLD"] = hold;
-    s.argv = {lab::BinaryPath("egressd"), "--config", config_, "--socket", socket(), "--audit-window-ms", "200"};
+    s.argv = {lab::BinaryPath("egressd"), "--config", config_,         "--socket",
+              socket(),                     "--audit-window-ms", std::to_string(audit_window_ms)};
     s.timeout = 10min;
     auto bg = lab::Start(s);
     EXPECT_TRUE(bg.ok()) << bg.status();
     if (!bg.ok()) return std::nullopt;
     return std::move(*bg);
   }
-  std::optional<lab::Background> StartDaemon() {
-    auto bg = SpawnDaemon();
+  std::optional<lab::Background> StartDaemon(int audit_window_ms = 200) {
+    auto bg = SpawnDaemon("", audit_window_ms);
     if (!bg) return std::nullopt;
     auto line = bg->ReadOutLine(std::chrono::milliseconds(int(60000 * TimeScale())));
     EXPECT_TRUE(line && absl::StartsWith(*line, "ready:")) << "egressd never said ready: " << bg->err();

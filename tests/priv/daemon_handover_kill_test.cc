@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -204,6 +205,59 @@ TEST_F(DaemonHandover, ANewDaemonKilledAfterItServesLeavesEnforcementAndDnsFails
   EXPECT_TRUE(WaitFor([&] { return daemon::Call(socket(), "GET", "/readyz").ok() && Call("GET", "/readyz").status == 200; }, 5000));
   const PinSnapshot pins_restarted = SnapshotPins(Shared().pin_root());
   EXPECT_EQ(pins_restarted, pins_before) << "the restart adopted the pins: " << PinDiff(pins_before, pins_restarted);
+}
+
+// The new daemon dies after it took the audit reader (or any reader dies
+// mid-window: an OOM kill, the kubelet's SIGKILL after the grace period).
+// Its state file was saved at its last window close, but the records it took
+// off the ring since are in the spools with their numbers: the next reader
+// must number on after them, never give a number twice.  A long fold window
+// keeps the state behind the spool for certain.
+TEST_F(DaemonHandover, AReaderKilledMidWindowLeavesNoSequenceNumberToBeGivenTwice) {
+  old_ = StartDaemon(/*audit_window_ms=*/600000);
+  ASSERT_TRUE(old_);
+  const std::string cg = Put("pod-kill-reader", {{"egress", {kAllowed}}});
+  ASSERT_FALSE(cg.empty());
+  ASSERT_TRUE(WaitFor([&] { return AuditReader(); }, 5000)) << "the daemon never took the audit reader";
+  const std::string state_path = Shared().runtime_dir() + "/audit/state.json";
+  const auto saved_seq = [&] {
+    std::ifstream in(state_path);
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    return j.is_object() ? j.value("seq", uint64_t{0}) : uint64_t{0};
+  };
+  const auto stream_max = [&] {
+    uint64_t m = 0;
+    for (const auto& j : Audit()) m = std::max(m, j.value("seq", uint64_t{0}));
+    return m;
+  };
+  auto connects = [&](int n) {
+    std::vector<std::string> argv = {"setpriv", "--bounding-set", "-all,+net_raw", "--inh-caps", "-all", "--",
+                                     lab::BinaryPath("egressd-probe"), "batch"};
+    for (int i = 0; i < n; ++i) argv.push_back(absl::StrCat("tcp ", lab::kPublicB4, " 80 --timeout-ms 3000"));
+    RunResult r = lab::Run(InSandbox(cg, argv));
+    EXPECT_EQ(Lines(r).size(), static_cast<size_t>(n)) << r.Describe();
+  };
+  // Kernel records (denied connects) go to the spools as they come off the
+  // ring; the state is saved only when a window closes.
+  connects(20);
+  ASSERT_TRUE(WaitFor([&] { return stream_max() > saved_seq() + 10; }, 10000))
+      << "the spool never got ahead of the saved state (state " << saved_seq() << ", spool " << stream_max() << ")";
+  const uint64_t spooled = stream_max(), saved = saved_seq();
+  const size_t lines_before = Audit().size();
+  ASSERT_EQ(kill(old_->pid(), SIGKILL), 0);
+  old_->Wait(Scaled(10000));
+  old_.reset();
+
+  // The next reader, and records after it.
+  new_ = StartDaemon();
+  ASSERT_TRUE(new_);
+  ASSERT_TRUE(WaitFor([&] { return AuditReader(); }, 5000));
+  connects(20);
+  ASSERT_TRUE(WaitFor([&] { return Audit().size() >= lines_before + 20; }, 10000)) << "the new reader's records";
+  size_t seqs = 0;
+  AuditedQueries(0, nullptr, &seqs);  // each number once, none missing
+  std::printf("reader killed mid-window: state saved at seq %lu, spool at %lu; after the next reader %zu seqs\n",
+              static_cast<unsigned long>(saved), static_cast<unsigned long>(spooled), seqs);
 }
 
 }  // namespace

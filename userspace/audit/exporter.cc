@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fstream>
 #include <sstream>
@@ -146,6 +147,30 @@ absl::StatusOr<ExportTotals> ReadExportTotals(const std::string& state_path) {
   return t;
 }
 
+// The `seq` of the last whole line of `path`; 0 when there is none (no file,
+// empty, unreadable).  A line is far shorter than the 1 MiB read.
+static uint64_t LastSeqIn(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st {};
+  if (!fd.valid() || fstat(fd.get(), &st) != 0 || st.st_size <= 0) return 0;
+  const off_t want = std::min<off_t>(st.st_size, off_t{1} << 20);
+  std::string buf(static_cast<size_t>(want), '\0');
+  const ssize_t n = pread(fd.get(), buf.data(), buf.size(), st.st_size - want);
+  if (n <= 0) return 0;
+  buf.resize(static_cast<size_t>(n));
+  const size_t end = buf.rfind('\n');
+  if (end == std::string::npos || end == 0) return 0;
+  size_t start = buf.rfind('\n', end - 1);
+  if (start == std::string::npos) {
+    if (want < st.st_size) return 0;  // the line began before what was read
+    start = 0;
+  } else {
+    ++start;
+  }
+  auto j = nlohmann::json::parse(buf.substr(start, end - start), nullptr, false);
+  return j.is_object() ? j.value("seq", uint64_t{0}) : 0;
+}
+
 absl::Status Exporter::LoadState() {
   if (options_.state_path.empty()) return absl::OkStatus();
   EGR_ASSIGN_OR_RETURN(nlohmann::json j, ReadState(options_.state_path));
@@ -161,6 +186,24 @@ absl::Status Exporter::LoadState() {
     for (auto& [cpu, next] : j["cpus"].items()) cpus_[std::stoul(cpu)].next = next.get<uint64_t>();
   }
   if (j.contains("pending") && j["pending"].is_object()) pending_ = j["pending"];
+  // The state is saved when a window closes; a holder killed mid-window had
+  // already written lines numbered past it to the spools.  Numbering on from
+  // the state would give those numbers twice: go on after the spool's last
+  // line (all.jsonl, or its rotated predecessor when a rotation just
+  // emptied it).  What that holder took off the ring since the save is
+  // reported as a gap (its kernel positions are the state's): more said than
+  // lost, never less.
+  if (!options_.spool_dir.empty()) {
+    const std::string all = SpoolPath(paths_, 0);
+    uint64_t spooled = LastSeqIn(all);
+    if (spooled == 0) spooled = LastSeqIn(all + ".1");
+    if (spooled > seq_) {
+      spdlog::warn("audit: the spool ends at seq {}, the saved state at {} (the last reader stopped mid-window): "
+                   "numbering on from {}",
+                   spooled, seq_, spooled + 1);
+      seq_ = spooled;
+    }
+  }
   return absl::OkStatus();
 }
 
