@@ -1,8 +1,11 @@
 #include "userspace/net/ip.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -111,6 +114,68 @@ TEST(IpAddr, FactoriesAndBytes) {
   EXPECT_FALSE(Ip("::fffe:c000:201").is_v4());
   EXPECT_FALSE(Ip("::192.0.2.1").is_v4());
   EXPECT_EQ(IpAddr(), IpAddr::V4({0, 0, 0, 0}));
+}
+
+// ToString formats addresses itself (no sprintf per field): its text must be
+// glibc's inet_ntop's, byte for byte, because policy content hashes and the
+// records are made of it.  Edge cases (every zero-run shape of the compressed
+// form, the compatible and mapped forms, leading zeros in words and octets)
+// and 300,000 random addresses whose words are zero half the time.
+TEST(IpAddr, ToStringIsInetNtopsText) {
+  auto expected = [](const IpAddr& a, const std::array<uint8_t, 16>& b) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (a.is_v4()) {
+      inet_ntop(AF_INET, a.bytes().data(), buf, sizeof(buf));
+    } else {
+      inet_ntop(AF_INET6, b.data(), buf, sizeof(buf));
+    }
+    return std::string(buf);
+  };
+  std::vector<std::array<uint8_t, 16>> v6 = {
+      {},                                                    // ::
+      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},      // ::1
+      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4},      // ::1.2.3.4 (compatible)
+      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4},      // ::1:102:304
+      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe, 1, 2, 3, 4},  // ::fffe:...
+      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0},  // mapped 0.0.0.0 (IPv4)
+      {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 2, 3, 4},  // ::ffff:0:102:304
+      {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1},  // two runs: the longer
+      {0x20, 0x01, 0, 0, 0, 0, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 1},  // equal runs: the first
+      {0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 1},  // single zeros: no "::"
+      {0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+      {0x0a, 0xbc, 0, 0x0d, 0x01, 0x00, 0x10, 0x00, 0, 0, 0, 0, 0xf0, 0x0f, 0, 0x0f},
+  };
+  std::mt19937_64 rng(20261203);
+  for (int i = 0; i < 300'000; ++i) {
+    std::array<uint8_t, 16> b{};
+    for (int w = 0; w < 8; ++w) {
+      const uint64_t r = rng();
+      if (r & 1) continue;  // a zero word
+      const unsigned pick = (r >> 1) % 4;
+      const unsigned word = pick == 0 ? 0xffff : pick == 1 ? (r >> 8) % 16 : (r >> 8) & 0xffff;
+      b[2 * w] = static_cast<uint8_t>(word >> 8);
+      b[2 * w + 1] = static_cast<uint8_t>(word);
+    }
+    v6.push_back(b);
+  }
+  for (const auto& b : v6) {
+    const IpAddr a = IpAddr::V6(b);
+    ASSERT_EQ(a.ToString(), expected(a, b));
+  }
+  std::vector<std::array<uint8_t, 4>> v4 = {{0, 0, 0, 0}, {255, 255, 255, 255}, {10, 0, 9, 100}, {1, 20, 199, 200}};
+  for (int i = 0; i < 300'000; ++i) {
+    const uint32_t r = static_cast<uint32_t>(rng());
+    v4.push_back({static_cast<uint8_t>(r >> 24), static_cast<uint8_t>(r >> 16), static_cast<uint8_t>(r >> 8),
+                  static_cast<uint8_t>(r)});
+  }
+  for (const auto& b : v4) {
+    const IpAddr a = IpAddr::V4(b);
+    ASSERT_EQ(a.ToString(), expected(a, {})) << int(b[0]) << "." << int(b[1]) << "." << int(b[2]) << "." << int(b[3]);
+  }
+  EXPECT_EQ(Cidr::Parse("2001:db8:0:1::/64")->ToString(), "2001:db8:0:1::/64");
 }
 
 TEST(IpAddr, OrderingPutsV4First) {

@@ -60,17 +60,20 @@ void AddTarget(const ReachContext& ctx, SingleLabel single_label,
                std::string_view where, std::string_view shown,
                std::string_view text, const std::vector<PortRange>& ports,
                const std::string& source, Reachable& into) {
-  const std::string head = std::string(where) + " " + net::Quote(shown) + ": ";
+  // Built only for a message: quoting every address eagerly (here, in
+  // net::ParseRaw and CheckPrefix) was 9% of a 100k-CIDR apply's
+  // instructions (bench/results/2026-12-03-notes.md).
+  auto head = [&] { return std::string(where) + " " + net::Quote(shown) + ": "; };
   auto target = ParseTarget(text);
   if (!target.ok()) {
     // When the target came out of a URL, say which part was wrong.
     const std::string part =
         shown == text ? "" : "its host " + net::Quote(text) + " ";
-    AddLine(ctx.errors, head + part + std::string(target.status().message()));
+    AddLine(ctx.errors, head() + part + std::string(target.status().message()));
     return;
   }
   if (target->kind != TargetKind::kCidr && !ports.empty()) {
-    AddLine(ctx.errors, head + "a grant with ports is an address or a CIDR");
+    AddLine(ctx.errors, head() + "a grant with ports is an address or a CIDR");
     return;
   }
   switch (target->kind) {
@@ -78,7 +81,7 @@ void AddTarget(const ReachContext& ctx, SingleLabel single_label,
       if (auto c = CheckFloor(target->cidr, *ctx.protected_cidrs)) {
         const ProtectedCidr& p = *c->entry;
         AddLine(ctx.errors,
-                head + (c->inside ? "denied by the floor (protected " +
+                head() + (c->inside ? "denied by the floor (protected " +
                                         p.cidr.ToString() + ", " + p.source +
                                         ")"
                                   : "spans protected " + p.cidr.ToString() +
@@ -93,7 +96,7 @@ void AddTarget(const ReachContext& ctx, SingleLabel single_label,
       if (ctx.public_suffixes != nullptr &&
           ctx.public_suffixes->IsPublicSuffix(target->name)) {
         AddLine(ctx.warnings,
-                head + "a wildcard over the public suffix " +
+                head() + "a wildcard over the public suffix " +
                     net::Quote(target->name) +
                     " reaches every site registered under it");
       }
@@ -109,22 +112,22 @@ void AddTarget(const ReachContext& ctx, SingleLabel single_label,
     const std::string fix = "; use the fully qualified name";
     switch (single_label) {
       case SingleLabel::kReject:
-        AddLine(ctx.errors, head + "is a " + what + ": " +
+        AddLine(ctx.errors, head() + "is a " + what + ": " +
                                 std::string(kSingleLabelWhy) + fix);
         return;
       case SingleLabel::kIgnoreWarn:
-        AddLine(ctx.warnings, head + what + " ignored: " +
+        AddLine(ctx.warnings, head() + what + " ignored: " +
                                   std::string(kSingleLabelWhy) + fix);
         return;
       case SingleLabel::kPlatform:
         if (ctx.airgapped) {
           AddLine(ctx.errors,
-                  head + what + ": " + std::string(kSingleLabelWhy) +
+                  head() + what + ": " + std::string(kSingleLabelWhy) +
                       ", so no sandbox of this airgapped deployment could "
                       "reach this platform service" + fix);
         } else {
           AddLine(ctx.warnings,
-                  head + what + " ignored: " + std::string(kSingleLabelWhy) +
+                  head() + what + " ignored: " + std::string(kSingleLabelWhy) +
                       ", so a sandbox with a declaration will not reach this "
                       "platform service" + fix);
         }
