@@ -174,6 +174,24 @@ double RssKib(pid_t pid) {
   return 0;
 }
 
+json SmapsRollupBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/smaps_rollup"));
+  json out = json::object();
+  std::string line;
+  while (std::getline(in, line)) {
+    for (const char* key : {"Rss", "Pss", "Private_Clean", "Private_Dirty"}) {
+      double kib = 0;
+      const std::string prefix = absl::StrCat(key, ":");
+      if (absl::StartsWith(line, prefix) &&
+          absl::SimpleAtod(absl::StripSuffix(absl::StripAsciiWhitespace(line.substr(prefix.size())), " kB"), &kib)) {
+        out[key] = kib * 1024;
+      }
+    }
+  }
+  if (out.empty()) out["error"] = absl::StrCat("no /proc/", pid, "/smaps_rollup");
+  return out;
+}
+
 double ProcessCpuSeconds(pid_t pid) {
   std::string stat = Slurp(absl::StrCat("/proc/", pid, "/stat"));
   const size_t close = stat.rfind(')');

@@ -78,6 +78,10 @@ json DnsRows(DnsLab& d, bool quick, bool& all_ran);
 
 // Kernel-reported resident memory of a process, in KiB (VmRSS).
 double RssKib(pid_t pid);
+// /proc/PID/smaps_rollup's Rss, Pss, Private_Clean and Private_Dirty, in
+// bytes (Pss: shared pages divided among the processes mapping them; the
+// private ones are what one more such process adds at least).
+json SmapsRollupBytes(pid_t pid);
 // utime + stime of a process so far, in seconds.
 double ProcessCpuSeconds(pid_t pid);
 

@@ -35,15 +35,42 @@ def kib(b):
     return f"{b / 2**10:.1f} KiB"
 
 
+def cell_label(group, s, c):
+    if group == "combined":
+        held = c.get("resolved", {}).get("held")
+        return f"{int(s):,} + {held:,} resolved (names on)" if held else f"{int(s):,} + resolved (names on)"
+    return f"{int(s):,}" + (" (stress)" if group == "stress" else "")
+
+
 def cells_with(r, key):
-    """(label, cell) of every entries-axis cell (and the stress point) that has key."""
+    """(label, cell) of every entries-axis cell (the combined cell, the stress point) that has key."""
     out = []
-    for group in ("scales", "stress"):
+    for group in ("scales", "combined", "stress"):
         for s in sorted(r.get(group, {}), key=int):
             c = r[group][s]
             if key in c:
-                out.append((f"{int(s):,}" + (" (stress)" if group == "stress" else ""), c))
+                out.append((cell_label(group, s, c), c))
     return out
+
+
+def at_most_1pct_slower(ratio):
+    """One-sided: met only if the whole 95% interval of the rate ratio is >= 0.99."""
+    lo, hi = ratio["ci95"]
+    if lo >= 0.99:
+        return "met", True
+    if hi < 0.99:
+        return f"MISSED (interval [{lo:.3f}, {hi:.3f}] below 0.99)", False
+    return f"not shown (interval [{lo:.3f}, {hi:.3f}] spans 0.99)", None
+
+
+def not_worse_than(egr, nft):
+    """Rate ratios: overlapping intervals count as equal (the issue's rule)."""
+    (elo, ehi), (nlo, nhi) = egr["ci95"], nft["ci95"]
+    if ehi < nlo:
+        return "MISSED (slower than nftables, the intervals do not overlap)", False
+    if elo > nhi:
+        return "met (faster than nftables)", True
+    return "met (intervals overlap: equal)", True
 
 
 def interleaved_table(out, r, title, value_key, cpu_key, value_name, cpu_name, goal=None):
@@ -53,8 +80,9 @@ def interleaved_table(out, r, title, value_key, cpu_key, value_name, cpu_name, g
     out.append(title)
     out.append("")
     head = f"| CIDR entries | {value_name} nftables | {value_name} egressd | {cpu_name} nftables | {cpu_name} egressd | no-filter {value_name} |"
-    out.append(head + (" goal: egressd <= 1% slower, never worse than nftables |" if goal else ""))
-    out.append("|---|---|---|---|---|---|" + ("---|" if goal else ""))
+    out.append(head + (" goal: at most 1% slower (95% CI >= 0.99; the combined cell) | goal: never worse than nftables |"
+                       if goal else ""))
+    out.append("|---|---|---|---|---|---|" + ("---|---|" if goal else ""))
     for label, c in rows:
         rn, re_ = c[value_key + "_ratio"]["nftables"], c[value_key + "_ratio"]["egressd"]
         cn, ce = c[cpu_key + "_ratio"]["nftables"], c[cpu_key + "_ratio"]["egressd"]
@@ -62,12 +90,73 @@ def interleaved_table(out, r, title, value_key, cpu_key, value_name, cpu_name, g
         line = (f"| {label} | {ratio_cell(rn)} | {ratio_cell(re_)} | {ratio_cell(cn)} | {ratio_cell(ce)} | "
                 f"{none:,.0f}/s |")
         if goal:
-            met_1pct = re_["ci95"][1] >= 0.99
-            not_worse = re_["ci95"][1] >= rn["ci95"][0]
-            line += (" met |" if met_1pct and not_worse else
-                     " MISSED: " + ", ".join(x for x, ok in (("more than 1% slower", met_1pct),
-                                                              ("slower than nftables", not_worse)) if not ok) + " |")
+            one = at_most_1pct_slower(re_)[0] if "resolved" in label else "- (the goal's cell is the combined one)"
+            line += f" {one} | {not_worse_than(re_, rn)[0]} |"
         out.append(line)
+    out.append("")
+    if goal:
+        out.append("The 1% goal is one-sided: met only when the whole 95% interval of egressd's rate ratio is at "
+                   "or above 0.99 (it adds at most 1% with 95% confidence), MISSED when the whole interval is "
+                   "below 0.99, and not shown otherwise. \"Never worse\" compares the two rate intervals: "
+                   "overlapping intervals count as equal.")
+        out.append("")
+
+
+# Issue 10's in-kernel goals (ns a run, at 100k CIDRs) and the published costs
+# beside them, as the issue states them: one LPM lookup 85-263 ns (by trie
+# size), one hash lookup ~25 ns.
+KERNEL_GOALS = {"egr_connect4": (400, "a run"), "egr_sendmsg4": (400, "a run"),
+                "egr_skb_egress": (100, "a packet (the backstop)")}
+PUBLISHED = "one LPM lookup 85-263 ns; one hash lookup ~25 ns"
+
+
+def kernel_rows(out, r):
+    out.append("In-kernel ns per program run (kernel.bpf_stats_enabled), every run of the instance's programs "
+               "during egressd's loops (the programs sit at the cgroup2 root, so this includes other processes' "
+               "runs, passed at once as \"not a sandbox\"):")
+    out.append("")
+    allc = cells_with(r, "bpf_ns_per_run")
+    names = sorted({n for _, c in allc for n in c["bpf_ns_per_run"]})
+    out.append("| program | " + " | ".join(label + " entries" for label, _ in allc) + " |")
+    out.append("|---|" + "---|" * len(allc))
+    for n in names:
+        cells = []
+        for _, c in allc:
+            v = c["bpf_ns_per_run"].get(n)
+            cells.append(f"{v['ns']:.0f} ns ({v['runs']:.0f} runs)" if v else "-")
+        out.append(f"| {n} | " + " | ".join(cells) + " |")
+    out.append("")
+    own = cells_with(r, "bpf_own")
+    if not own:
+        return
+    out.append("The sandbox's own runs, against the goals (connect4/sendmsg4 <= 400 ns a run, the backstop <= 100 ns "
+               "a packet, at 100k CIDRs):")
+    out.append("")
+    out.append("| CIDR entries | program (loop) | own runs | other runs in the loop | ns per own run | goal | verdict | "
+               "published (the issue's figures) |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for label, c in own:
+        for prog in sorted(c["bpf_own"]):
+            v = c["bpf_own"][prog]
+            limit, unit = KERNEL_GOALS.get(prog, (None, ""))
+            if "ns" not in v:
+                ns_text, verdict = f"not estimated: {v.get('error', '?')}", "not shown"
+            else:
+                ns_text = f"{v['ns']:.0f} ns"
+                verdict = "-" if limit is None else ("met" if v["ns"] <= limit else "MISSED")
+            out.append(f"| {label} | {prog} ({v['loop']}) | {v['own_runs']:,.0f} | {v['foreign_runs']:,.0f} | "
+                       f"{ns_text} | {'<= ' + str(limit) + ' ns ' + unit if limit else '-'} | {verdict} | {PUBLISHED} |")
+    out.append("")
+    out.append("bpf_stats counts a program's runs, not whose they were. The loops know their own: one connect4 run "
+               "per connect(), one sendmsg4 and one backstop run per sendto() of a datagram; the other runs in the "
+               "same interval (other processes on the node) are priced at the ns per run of the no-filter loop of "
+               "the same round and kind, where every run is \"not a sandbox\", and subtracted. That is an estimate "
+               "(it assumes the others' runs cost what a \"not a sandbox\" run costs); the figure above it is the "
+               "raw mix. The backstop's own figure is from unconnected UDP datagrams (each judged by the backstop "
+               "as it is sent); the programs cannot tell an established flow's packets from others, so the "
+               "goal's \"a packet of an established flow\" is not measured apart. The published costs are the "
+               "issue's (not measured here): one LPM lookup 85-263 ns depending on the trie's size, a hash lookup "
+               "~25 ns.")
     out.append("")
 
 
@@ -88,7 +177,11 @@ def sandbox_axis(out, r, dat_dir):
                "memory nftables | memory egressd (slab+percpu + maps) | nft / egressd memory | bare netns | "
                "bare cgroups | goal at 1,000: both >= 100x |")
     out.append("|---|---|---|---|---|---|---|---|---|---|")
-    rows = []
+    rows, totals = [], []
+    pm = r.get("process_memory", {})
+    fwd_pss = pm.get("nftables_forwarder", {}).get("Pss")
+    serve_rss = pm.get("egressd_dns_serve", {}).get("Rss")
+    maps_start = ax.get("egressd_maps_at_start_bytes")
     for n in sorted(ax.get("stages", {}), key=int):
         st = ax["stages"][n]
         m = st["memory_bytes"]
@@ -111,17 +204,47 @@ def sandbox_axis(out, r, dat_dir):
         else:
             mr = nft_mem / egr_mem
             mr_text = f"{mr:.1f}x"
+        # Whole cost: the incumbent's forwarder in every pod, egressd's proxy and
+        # maps once per node (the goal is read on these when they were measured).
+        per = int(n)
+        tot = None
+        if nft_mem is not None and fwd_pss is not None and serve_rss is not None and maps_start is not None:
+            nft_tot = nft_mem + per * fwd_pss
+            egr_tot = egr_mem + maps_start + serve_rss
+            tot = (nft_tot, egr_tot, nft_tot / egr_tot if egr_tot > 0 else None)
+            totals.append((per, nft_mem, nft_tot, egr_mem, egr_tot, tot[2]))
         goal = ""
         if int(n) == 1000:
-            goal = "met" if (ar and ar >= 100 and (mr is None or mr >= 100)) else "MISSED"
-            goal += f" (apply {ar_text}, memory {mr_text})"
-        per = int(n)
+            mem_r = tot[2] if tot else mr
+            mem_text = f"{mem_r:.1f}x with the forwarders and the proxy" if tot and mem_r else mr_text
+            goal = "met" if (ar and ar >= 100 and mem_r is not None and mem_r >= 100) else "MISSED"
+            goal += f" (apply {ar_text}, memory {mem_text})"
         out.append(f"| {per:,} | {apply_nft} | {secs(egr_apply)} ({egr_apply['p99']*1e3:.1f} ms) | {ar_text} | "
                    + (f"{mib(nft_mem)} ({kib(nft_mem / per)}/pod)" if nft_mem is not None else "-") + " | "
                    + f"{mib(egr_mem)} ({kib(egr_mem / per)}/sandbox; maps {mib(m['egressd_maps_memlock'])}) | {mr_text} | "
                    + f"{mib(m['netns_bare'].get('slab_percpu', 0))} | {mib(m['cgroups_bare'].get('slab_percpu', 0))} | {goal} |")
         rows.append((per, nft_mem, egr_mem, nft_apply, egr_apply))
     out.append("")
+    if totals:
+        fwd = pm["nftables_forwarder"]
+        srv = pm["egressd_dns_serve"]
+        out.append("Memory with the resolver path: the incumbent runs a DNS forwarder in every pod, egressd one "
+                   "proxy per node (the daemon hosts it in a deployment; `egressctl dns serve` in the bench) and its "
+                   "maps as loaded once per node. nftables = the rulesets' kernel delta + N x one forwarder's PSS "
+                   f"(/proc/PID/smaps_rollup: {kib(fwd['Pss'])}; RSS {kib(fwd.get('Rss', 0))}, private "
+                   f"{kib(fwd.get('Private_Clean', 0) + fwd.get('Private_Dirty', 0))}); egressd = the kernel delta + "
+                   f"maps' growth + maps as loaded ({mib(maps_start)}) + the proxy's RSS ({mib(srv['Rss'])}):")
+        out.append("")
+        out.append("| sandboxes | nftables: rulesets + N forwarders | egressd: kernel + maps + proxy | nft / egressd |")
+        out.append("|---|---|---|---|")
+        for per, nm, nt, em, et, ratio in totals:
+            out.append(f"| {per:,} | {mib(nt)} ({mib(nm)} + {per:,} x {kib(fwd_pss)}) | {mib(et)} "
+                       f"({kib(et / per)}/sandbox) | {f'{ratio:.1f}x' if ratio else '-'} |")
+        out.append("")
+        out.append("N x PSS: a forwarder measured alone in its pod, its shared pages (libc, libnftables) divided "
+                   "among every process on the node that maps them; N forwarders would share their own text among "
+                   "them, so one more pod adds at least its private pages (the figure in brackets above).")
+        out.append("")
     if "egressd_maps_at_start_bytes" in ax:
         out.append(f"egressd's maps as loaded, before any sandbox (preallocated hashes and bucket arrays, "
                    f"once per node whatever N is): {mib(ax['egressd_maps_at_start_bytes'])}.")
@@ -133,6 +256,29 @@ def sandbox_axis(out, r, dat_dir):
             f.write(" ".join(str(x) for x in [per, (nm / per / 1024) if nm is not None else "NaN", em / per / 1024,
                                               na["median"], na["ci95"][0], na["ci95"][1],
                                               ea["median"], ea["ci95"][0], ea["ci95"][1]]) + "\n")
+
+
+def http_row(out, r):
+    h = r.get("http_under_run")
+    if not h:
+        return
+    if "error" in h:
+        out.append(f"An allowed HTTP request under `egressctl run`: not run: {h['error']}")
+        out.append("")
+        return
+    rs = h["request_s"]
+    ratio = h["ratio"]
+    lo, hi = ratio["ci95"]
+    verdict = ("no difference (the interval contains 1, as expected: no proxy on the path)" if lo <= 1.0 <= hi
+               else ("slower under `egressctl run`" if lo > 1.0 else "faster under `egressctl run`"))
+    add = h["added_us"]
+    out.append(f"An allowed HTTP request under `egressctl run --egress <server>` (curl's time_total, {h['requests_per_loop']} "
+               f"requests a loop inside one run, so the run's start-up is not in it; {h['rounds']} rounds, alternated "
+               f"with the same loop without egressctl): median {rs['egressctl_run']['median']*1e3:.3f} ms against "
+               f"{rs['without']['median']*1e3:.3f} ms; ratio of the loops' medians {ratio['median']:.3f} "
+               f"[{lo:.3f}, {hi:.3f}], added {add['median']:.0f} µs [{add['ci95'][0]:.0f}, {add['ci95'][1]:.0f}]: "
+               f"{verdict}.")
+    out.append("")
 
 
 def main():
@@ -178,21 +324,7 @@ def main():
     for label, c in cells_with(r, "error"):
         out.append(f"| {label} | not run: {c['error']} | | | | |")
     out.append("")
-    out.append("In-kernel ns per program run (kernel.bpf_stats_enabled; every run of the instance's programs "
-               "during the egressd loops, goal: connect4/sendmsg4 <= 400 ns at 100k; see the notes for the "
-               "profile of connect4):")
-    out.append("")
-    allc = cells_with(r, "bpf_ns_per_run")
-    names = sorted({n for _, c in allc for n in c["bpf_ns_per_run"]})
-    out.append("| program | " + " | ".join(label + " entries" for label, _ in allc) + " |")
-    out.append("|---|" + "---|" * len(allc))
-    for n in names:
-        cells = []
-        for _, c in allc:
-            v = c["bpf_ns_per_run"].get(n)
-            cells.append(f"{v['ns']:.0f} ns ({v['runs']:.0f} runs)" if v else "-")
-        out.append(f"| {n} | " + " | ".join(cells) + " |")
-    out.append("")
+    kernel_rows(out, r)
     sandbox_axis(out, r, dat_dir)
     report_dns.dns_rows(out, r)
     report_dns.dns_speed(out, r)
@@ -203,7 +335,8 @@ def main():
                f"{secs(st['egressctl_run'])}, `unshare --fork --pid --mount true` {secs(st['unshare'])} "
                f"(goal <= 10 ms: {'met' if run_med <= 0.010 else 'MISSED'}; CPU profile in the notes).")
     out.append("")
-    out.append("Not measured yet: audit events/s (no audit export yet).")
+    http_row(out, r)
+    out.append("Audit events/s: `audit_bench`'s table (`<date>-audit.md`).")
     open(table_path, "w").write("\n".join(out) + "\n")
 
     # gnuplot data: entries, then median lo hi per enforcer.

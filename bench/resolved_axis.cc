@@ -149,6 +149,39 @@ absl::Status NftFill(const std::string& netns, NftResolvedSet& set, const std::v
 
 }  // namespace
 
+absl::Status FillResolvedBoth(test::Egressd& e, uint64_t sandbox, const std::string& scope,
+                              const std::string& nft_netns, int n, json& out) {
+  auto maps = maps::PinnedMaps::Open(e.pin_root());
+  if (!maps.ok()) return maps.status();
+  maps::ResolvedTable table(*maps);
+  std::unique_ptr<NftResolvedSet> set;
+  {
+    ScopedNetns in(nft_netns);
+    if (!in.ok()) return absl::InternalError("setns " + nft_netns);
+    auto s = NftResolvedSet::Open(policy::kNftDefaultTable);
+    if (!s.ok()) return absl::Status(s.status().code(), "incumbent's set: " + std::string(s.status().message()));
+    set = std::move(*s);
+  }
+  const uint64_t expires = dns::BootTimeNs() + kFillLifetimeS * 1'000'000'000ull;
+  const uint32_t name_id = dns::NameId(scope);
+  std::vector<net::IpAddr> fill;
+  fill.reserve(n);
+  for (int i = 0; i < n; ++i) fill.push_back(FillAddress(i));
+  const auto t0 = Clock::now();
+  for (const auto& a : fill) {
+    if (absl::Status s = table.Learn(sandbox, a, expires, name_id); !s.ok()) {
+      return absl::Status(s.code(), "egressd's resolved map: " + std::string(s.message()));
+    }
+  }
+  const auto t1 = Clock::now();
+  if (absl::Status s = NftFill(nft_netns, *set, fill); !s.ok()) {
+    return absl::Status(s.code(), "incumbent's fill: " + std::string(s.message()));
+  }
+  const auto t2 = Clock::now();
+  out = {{"held", n}, {"scope", scope}, {"fill_s", {{"egressd", Seconds(t1 - t0)}, {"nftables", Seconds(t2 - t1)}}}};
+  return absl::OkStatus();
+}
+
 json ResolvedAxis(test::Egressd& e, DnsLab& d, const std::vector<int>& sizes, bool quick, bool& all_ran) {
   json out;
   auto maps = maps::PinnedMaps::Open(e.pin_root());

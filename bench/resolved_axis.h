@@ -22,4 +22,13 @@ namespace egressd::bench {
 
 json ResolvedAxis(test::Egressd& e, DnsLab& d, const std::vector<int>& sizes, bool quick, bool& all_ran);
 
+// The entries axis's combined cell (100k CIDRs + 10k resolved, names on): n
+// addresses of 198.18.0.0/15 held for `sandbox` under the name rule `scope`,
+// egressd's written one by one through maps::ResolvedTable (as the proxy
+// learns), the incumbent's as n elements of its resolved4 timeout set in
+// nft_netns (one libnftables transaction).  Never connected to.  Writes the
+// fill times into out; an error names the side that failed.
+absl::Status FillResolvedBoth(test::Egressd& e, uint64_t sandbox, const std::string& scope,
+                              const std::string& nft_netns, int n, json& out);
+
 }  // namespace egressd::bench
