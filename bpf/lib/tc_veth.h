@@ -93,6 +93,25 @@ static __always_inline int egr_tc_icmp6_type(struct __sk_buff *skb)
 	return type;
 }
 
+/* Neighbour discovery (router solicitation to redirect) behind an extension
+ * header or in a first fragment: egr_tc_icmp6_type and the checks on it
+ * (anti-spoofing's advertisement target, the router's messages refused) read
+ * only an ICMPv6 header right after the IPv6 header, but the node's kernel
+ * takes a router advertisement behind destination options too.  Neighbour
+ * discovery never needs an extension header (RFC 4861; RFC 6980 forbids
+ * fragments), so such a message is a frame no pod sends: refused, whatever
+ * the policy allows of its destination (ff02::1 under a default allow). */
+static __always_inline int egr_tc_nd_behind_headers(struct __sk_buff *skb, const struct egr_pkt *p)
+{
+	__u8 type;
+
+	if (p->l4proto != EGR_IPPROTO_ICMPV6 || p->later_fragment)
+		return 0;
+	if (bpf_skb_load_bytes(skb, p->l4_off, &type, 1))
+		return 0;
+	return type >= EGR_ND_ROUTER_SOLICIT && type <= EGR_ND_REDIRECT;
+}
+
 static __always_inline int egr_pod_owns(__u32 ifindex, const struct egr_addr *a)
 {
 	struct egr_ifaddr_key k = { .ifindex = ifindex };
@@ -202,6 +221,8 @@ static __always_inline struct egr_decision egr_tc_judge(struct __sk_buff *skb,
 		if (type == EGR_ND_ROUTER_SOLICIT || type == EGR_ND_NEIGH_SOLICIT ||
 		    type == EGR_ND_NEIGH_ADVERT)
 			return egr_decide(EGR_PASS, EGR_REASON_LINK_LOCAL);
+		if (egr_tc_nd_behind_headers(skb, &p))
+			return egr_decide(EGR_DENY_DROP, EGR_REASON_FRAME);
 	}
 	/* The unspecified address is judged as the loopback it names; a
 	 * loopback destination on a link is never the pod's own. */

@@ -7,7 +7,11 @@
 // turns on are restored at TearDown, registrations removed.
 #pragma once
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -43,6 +47,7 @@ class TcFramesBase : public testing::Test {
       (void)lab::SetSysctl(std::get<0>(*it), std::get<1>(*it), std::get<2>(*it));
     }
     sysctls_.clear();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   lab::Lab& lab() { return Shared().lab(); }
   // Lab::WaitFor with its 3 s scaled by EGR_TIME_SCALE (the 6.1 guests).
@@ -56,11 +61,14 @@ class TcFramesBase : public testing::Test {
     return **p;
   }
   // sandbox add --interface-netns POD ARGS, no cgroup; the lab's Drain
-  // markers allowed (every packet of the pod is the sandbox's).
-  void Register(const lab::Pod& pod, std::vector<std::string> args) {
+  // markers allowed (every packet of the pod is the sandbox's) unless
+  // `markers` is false (a declared target makes the default deny).
+  void Register(const lab::Pod& pod, std::vector<std::string> args, bool markers = true) {
     std::vector<std::string> argv = {"sandbox", "add", "--interface-netns", pod.netns};
     argv.insert(argv.end(), args.begin(), args.end());
-    for (const char* marker : {lab::kWorldLinkV4, lab::kWorldLinkV6}) argv.insert(argv.end(), {"--egress", marker});
+    for (const char* marker : {lab::kWorldLinkV4, lab::kWorldLinkV6}) {
+      if (markers) argv.insert(argv.end(), {"--egress", marker});
+    }
     lab::RunResult r = Shared().Ctl(argv);
     ASSERT_EQ(r.exit_code, 0) << r.Describe();
     registered_.push_back(pod.node_ifname);
@@ -120,6 +128,16 @@ class TcFramesBase : public testing::Test {
     return s.ok() ? *s : std::vector<uint64_t>(EGR_TC_STAT_MAX, 0);
   }
 
+  // "slot:+n" for each counter that moved since `before` (failure messages).
+  std::string StatsDelta(const std::vector<uint64_t>& before) {
+    const auto now = Stats();
+    std::string out = "tcstats";
+    for (size_t i = 0; i < now.size() && i < before.size(); ++i) {
+      if (now[i] != before[i]) absl::StrAppend(&out, " ", i, ":+", now[i] - before[i]);
+    }
+    return out;
+  }
+
   // The tc audit records of `ifname` so far: (reason, destination) of each.
   // A read takes what the ring holds: kept here for the next question.
   const std::vector<std::pair<std::string, std::string>>& TcRecords(const std::string& ifname) {
@@ -147,6 +165,18 @@ class TcFramesBase : public testing::Test {
                                        << "; records:" << seen;
   }
 
+  // A file of this test's own (a config), removed at TearDown.
+  std::string TempFile(const std::string& name, const std::string& content) {
+    if (dir_.empty()) {
+      char tmpl[] = "/tmp/egr-tcframes-XXXXXX";
+      EXPECT_NE(mkdtemp(tmpl), nullptr);
+      dir_ = tmpl;
+    }
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << content;
+    return path;
+  }
+
   // Sets a sysctl in `netns` for this test, restored at TearDown.
   void Sysctl(const std::string& netns, const std::string& key, const std::string& value) {
     auto old = lab::GetSysctl(netns, key);
@@ -158,6 +188,7 @@ class TcFramesBase : public testing::Test {
   std::vector<std::string> registered_;
   std::map<std::string, std::vector<std::pair<std::string, std::string>>> records_;
   std::vector<std::tuple<std::string, std::string, std::string>> sysctls_;
+  std::string dir_;
 };
 
 }  // namespace egressd::test

@@ -62,6 +62,32 @@ class TcNeighbour : public TcFramesBase {
     RunResult r = lab::Run({.argv = {"ip", "-n", lab().node_netns_name(), "neigh", "flush", "dev", pod.node_ifname}});
     EXPECT_EQ(r.exit_code, 0) << r.Describe();
   }
+  // A router advertisement from `ll` announcing `prefix`/64 on-link (router
+  // lifetime 0: never a default route), to all nodes; with `behind_options`
+  // after a destination options header (PadN), where a parser looking only
+  // right after the IPv6 header does not see it is ICMPv6.
+  Bytes RouterAdvertisement(const Pod& pod, const std::string& ll, const std::string& prefix, bool behind_options) {
+    const Mac pm = PodMac(pod);
+    Bytes ra = {64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};  // hop limit, flags, lifetime 0, reachable, retrans
+    Bytes pio = {3, 4, 64, 0x80};                      // prefix information: /64, on-link
+    Put32(pio, 600);                                   // valid
+    Put32(pio, 300);                                   // preferred
+    Put32(pio, 0);
+    Append(pio, Addr(prefix));
+    Append(ra, pio);
+    Append(ra, LlOption(1, pm));
+    Bytes l4 = Icmp6(ll, "ff02::1", 134, 0, ra);
+    if (!behind_options) return Frame(MulticastMac("ff02::1"), pm, 0x86DD, Ipv6(ll, "ff02::1", 58, l4, 255));
+    Bytes rest = {58, 0, 1, 4, 0, 0, 0, 0};
+    Append(rest, l4);
+    return Frame(MulticastMac("ff02::1"), pm, 0x86DD, Ipv6(ll, "ff02::1", 60, rest, 255));
+  }
+  // The node's routes to `prefix`/64 (`ip -6 route show`), empty if none.
+  std::string Routes(const std::string& prefix) {
+    RunResult r = lab::Run({.argv = {"ip", "-6", "-n", lab().node_netns_name(), "route", "show", prefix + "/64"}});
+    EXPECT_EQ(r.exit_code, 0) << r.Describe();
+    return r.out;
+  }
   std::vector<std::string> ProbeLinesIn(const Pod& pod, const std::vector<std::string>& args, std::string* why) {
     RunResult r = lab().ProbeIn(pod.netns, args, "", /*hostile=*/true);
     *why = r.Describe();
@@ -189,22 +215,8 @@ TEST_F(TcNeighbour, RouterAdvertisementNeverReachesTheNode) {
   if (HasFatalFailure()) return;
   std::string ll;
   ASSERT_TRUE(Eventually([&] { return !(ll = LinkLocal(pod)).empty(); })) << "the pod has no link-local address";
-  const Mac pm = PodMac(pod);
-  Bytes ra = {64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};  // hop limit, flags, lifetime 0, reachable, retrans
-  Bytes pio = {3, 4, 64, 0x80};                      // prefix information: /64, on-link
-  Put32(pio, 600);                                   // valid
-  Put32(pio, 300);                                   // preferred
-  Put32(pio, 0);
-  Append(pio, Addr(prefix));
-  Append(ra, pio);
-  Append(ra, LlOption(1, pm));
-  const Bytes frame =
-      Frame(MulticastMac("ff02::1"), pm, 0x86DD, Ipv6(ll, "ff02::1", 58, Icmp6(ll, "ff02::1", 134, 0, ra), 255));
-  auto routes = [&] {
-    RunResult r = lab::Run({.argv = {"ip", "-6", "-n", lab().node_netns_name(), "route", "show", prefix + "/64"}});
-    EXPECT_EQ(r.exit_code, 0) << r.Describe();
-    return r.out;
-  };
+  const Bytes frame = RouterAdvertisement(pod, ll, prefix, false);
+  auto routes = [&] { return Routes(prefix); };
   ASSERT_EQ(routes(), "");
   Send(pod, {frame});
   EXPECT_TRUE(Eventually([&] { return !routes().empty(); })) << "unregistered, the RA adds its prefix";
@@ -225,6 +237,49 @@ TEST_F(TcNeighbour, RouterAdvertisementNeverReachesTheNode) {
   // The pod keeps its connectivity (its router solicitations and ND pass).
   std::string why;
   EXPECT_EQ(ProbeLinesIn(pod, {"tcp", kPublicA6, "80"}, &why), (std::vector<std::string>{"ok"})) << why;
+}
+
+// The same advertisement behind a destination options header, from a pod
+// whose policy allows by default (the `connected` floor with nothing
+// declared: ff02::1 is no protected destination): unregistered the node
+// takes it; judged, it is dropped as a frame wherever its ICMPv6 header
+// sits.  This was a hole: the program looked for router messages only right
+// after the IPv6 header, and the default allow let this one through to the
+// node, which installed its prefix (lib/tc_veth.h, egr_tc_nd_behind_headers).
+TEST_F(TcNeighbour, RouterAdvertisementBehindAnOptionsHeaderNeverReachesTheNode) {
+  const Pod& pod = NewPod();
+  const std::string prefix = "2001:db8:ad01::";
+  Sysctl(lab().node_netns(), "net.ipv6.conf." + pod.node_ifname + ".accept_ra", "2");
+  if (HasFatalFailure()) return;
+  std::string ll;
+  ASSERT_TRUE(Eventually([&] { return !(ll = LinkLocal(pod)).empty(); })) << "the pod has no link-local address";
+  const Bytes frame = RouterAdvertisement(pod, ll, prefix, true);
+  ASSERT_EQ(Routes(prefix), "");
+  Send(pod, {frame});
+  EXPECT_TRUE(Eventually([&] { return !Routes(prefix).empty(); })) << "unregistered, the RA adds its prefix";
+  RunResult del =
+      lab::Run({.argv = {"ip", "-6", "-n", lab().node_netns_name(), "route", "del", prefix + "/64", "dev", pod.node_ifname}});
+  ASSERT_EQ(del.exit_code, 0) << del.Describe();
+
+  // Nothing declared: the default allows.
+  Register(pod, {"--config", TempFile("connected.yaml", "airgapped: false\n")}, /*markers=*/false);
+  if (HasFatalFailure()) return;
+  const auto before = Stats();
+  // And an advertisement (override) claiming the gateway behind the same
+  // header, which anti-spoofing's look right after the IPv6 header misses.
+  const Mac pm = PodMac(pod);
+  Bytes na = {0x20, 0, 0, 0};
+  Append(na, Addr(kPodGatewayV6));
+  Append(na, LlOption(2, pm));
+  Bytes rest = {58, 0, 1, 4, 0, 0, 0, 0};
+  Append(rest, Icmp6(pod.v6, "ff02::1", 136, 0, na));
+  Send(pod, {frame, Frame(MulticastMac("ff02::1"), pm, 0x86DD, Ipv6(pod.v6, "ff02::1", 60, rest, 255))});
+  EXPECT_TRUE(Eventually([&] {
+    return Stats()[EGR_TC_STAT_FRAME_DROP] - before[EGR_TC_STAT_FRAME_DROP] >= 2;
+  })) << "neighbour discovery behind the options header was not dropped as a frame: " << StatsDelta(before);
+  EXPECT_EQ(Stats()[EGR_TC_STAT_FRAME_DROP] - before[EGR_TC_STAT_FRAME_DROP], 2u) << StatsDelta(before);
+  EXPECT_EQ(Routes(prefix), "") << "the node took the pod's RA";
+  EXPECT_TRUE(HasRecord(pod.node_ifname, "frame", "ff02::1"));
 }
 
 }  // namespace
