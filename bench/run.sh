@@ -41,7 +41,10 @@
 #                          p50/p99 before and during, time from the new
 #                          daemon's start to serving: <date>-handover.json and .md;
 #                          and an open-loop load (egr-dns-load, 500 q/s) without
-#                          and across a hand-over: <date>-handover-load.json
+#                          and across a hand-over, with the percentiles of the
+#                          queries sent inside the hand-over window (the new
+#                          daemon's start to the old one's exit) against the
+#                          5 ms goal: <date>-handover-load.json
 # Run as root (the lab builds namespaces; egressd loads BPF).  Never a
 # pass/fail on a time: exit 0 when every measurement ran.
 set -euo pipefail
@@ -132,6 +135,8 @@ if [[ ${only[1]:-} == handover ]]; then
   if ((${#quick[@]})); then runs=1; fi
   : >"$out/$stamp-handover.json"
   : >"$out/$stamp-handover-load.json"
+  # The machine may be shared: the load average before and after goes in the .md.
+  export EGR_LOADAVG_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
   for ((i = 1; i <= runs; i++)); do
     fig=$(mktemp /tmp/egr-handover-XXXXXX.json)
     loadfig=$(mktemp /tmp/egr-handover-load-XXXXXX.json)
@@ -147,7 +152,11 @@ if [[ ${only[1]:-} == handover ]]; then
 import json, sys, os
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 load = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
-print(f"Hand-over under dig loops (allowed and denied, UDP and TCP; dig's own ms), load average {os.getloadavg()[0]:.2f} at the end:\n")
+la = os.getloadavg()
+print(f"Load average (1/5/15 min) {os.environ.get('EGR_LOADAVG_BEFORE', '?')} before the runs, "
+      f"{la[0]:.2f} {la[1]:.2f} {la[2]:.2f} after, on {os.cpu_count()} CPUs.\n")
+print("Hand-over under dig loops (allowed and denied, UDP and TCP; dig's own ms, \"during\" is the few queries "
+      "answered while the hand-over ran: see the window table below for a p99):\n")
 print("| run | queries | lost | wrong | query ms p50/p99 before | p50/p99 during (n) | start to serving ms | start to old exit ms |")
 print("|---|---|---|---|---|---|---|---|")
 for i, r in enumerate(rows, 1):
@@ -155,15 +164,42 @@ for i, r in enumerate(rows, 1):
           f"{r['p50_during_ms']}/{r['p99_during_ms']} ({r['during_n']}) | {r['start_to_serving_ms']} | {r['start_to_old_exit_ms']} |")
 print("\nOpen-loop load (egr-dns-load in the sandbox: a fixed schedule, each query timed send to kernel receive "
       "timestamp), the same load without and across a hand-over, µs:\n")
-print("| run | q/s x s | lost without / across | p50 without / across | p99 without / across | p99.9 without / across | max without / across | added p99 (goal < 5 ms) |")
+print("| run | q/s x s | lost without / across | p50 without / across | p99 without / across | p99.9 without / across | max without / across | added p99 (whole run) |")
 print("|---|---|---|---|---|---|---|---|")
 for i, r in enumerate(load, 1):
     w, a = r["without"], r["across"]
     added = a["p99_us"] - w["p99_us"]
-    goal = "met" if added < 5000 else "MISSED"
     print(f"| {i} | {r['rate']} x {r['seconds']} | {w['lost']} / {a['lost']} | {w['p50_us']:.0f} / {a['p50_us']:.0f} | "
           f"{w['p99_us']:.0f} / {a['p99_us']:.0f} | {w['p999_us']:.0f} / {a['p999_us']:.0f} | "
-          f"{w['max_us']:.0f} / {a['max_us']:.0f} | {added / 1000:+.2f} ms {goal} |")
+          f"{w['max_us']:.0f} / {a['max_us']:.0f} | {added / 1000:+.2f} ms |")
+# The queries sent inside the hand-over window alone (the new daemon's start
+# to the old one's exit): the whole run's p99 dilutes a slow hand-over in
+# seconds of steady load; this does not.  Goal: p99 under 5 ms, read both as
+# an absolute latency and as latency added over the same run without a
+# hand-over.
+def q(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
+print("\nInside the hand-over window (queries sent from the new daemon's start to the old one's exit), µs; "
+      "goal: p99 under 5 ms:\n")
+print("| run | window ms | queries in it | lost | p50 | p99 | max | p99 absolute < 5 ms | p99 added over the run without | added < 5 ms |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+pooled, baselines = [], []
+for i, r in enumerate(load, 1):
+    win, w = r["window"], r["without"]
+    pooled += win["lat_us"]
+    baselines.append(w["p99_us"])
+    added = win["p99_us"] - w["p99_us"]
+    print(f"| {i} | {r['start_to_old_exit_ms']} | {win['n']} | {win['lost']} | {win['p50_us']:.0f} | {win['p99_us']:.0f} | "
+          f"{win['max_us']:.0f} | {'met' if win['p99_us'] < 5000 else 'MISSED'} | {added / 1000:+.2f} ms | "
+          f"{'met' if added < 5000 else 'MISSED'} |")
+if pooled:
+    base = sorted(baselines)[len(baselines) // 2]
+    p99 = q(pooled, 0.99)
+    print(f"\nAll {len(load)} windows pooled: {len(pooled)} queries, p50 {q(pooled, 0.5):.0f} µs, p99 {p99:.0f} µs "
+          f"(absolute: {'met' if p99 < 5000 else 'MISSED'}), max {max(pooled):.0f} µs; added over the median p99 "
+          f"without a hand-over ({base:.0f} µs): {(p99 - base) / 1000:+.2f} ms "
+          f"({'met' if p99 - base < 5000 else 'MISSED'}).")
 PY
   echo "bench/run.sh: $out/$stamp-handover.json, $out/$stamp-handover-load.json, $out/$stamp-handover.md"
   cat "$out/$stamp-handover.md"
