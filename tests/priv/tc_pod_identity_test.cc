@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <iostream>
 #include <set>
 #include <string>
 #include <thread>
@@ -184,13 +185,22 @@ TEST_F(TcPodIdentity, UnknownPodAddressesAreRefusedNamingTheInterface) {
   const std::string veth = "egv" + tag + "a", peer = "egv" + tag + "b", tap = "egt" + tag;
   ASSERT_EQ(InNode({"ip", "link", "add", veth, "type", "veth", "peer", "name", peer}).exit_code, 0);
   links_.push_back(veth);
-  ASSERT_EQ(InNode({"ip", "tuntap", "add", "mode", "tap", "name", tap}).exit_code, 0);
-  links_.push_back(tap);
-  for (const auto& l : {veth, peer, tap}) ASSERT_EQ(InNode({"ip", "link", "set", l, "up"}).exit_code, 0);
+  std::vector<std::pair<std::string, std::string>> cases = {{veth, "has no global address"}};
+  // The tap where the kernel has tun (the 6.1 guests' initramfs carries no
+  // tun module: there the veth case alone runs).
+  RunResult mk_tap = InNode({"ip", "tuntap", "add", "mode", "tap", "name", tap});
+  if (access("/dev/net/tun", F_OK) == 0) ASSERT_EQ(mk_tap.exit_code, 0) << mk_tap.Describe();
+  if (mk_tap.exit_code == 0) {
+    links_.push_back(tap);
+    cases.push_back({tap, "a tap has no other end"});
+  } else {
+    std::cout << "no /dev/net/tun: the tap case is left out\n";
+  }
+  for (const auto& [l, why] : cases) ASSERT_EQ(InNode({"ip", "link", "set", l, "up"}).exit_code, 0);
+  ASSERT_EQ(InNode({"ip", "link", "set", peer, "up"}).exit_code, 0);
   auto table = maps::IfSandboxTable::Open(Shared().pin_root());
   ASSERT_TRUE(table.ok()) << table.status();
-  for (const auto& [ifname, why] : std::vector<std::pair<std::string, std::string>>{
-           {veth, "has no global address"}, {tap, "a tap has no other end"}}) {
+  for (const auto& [ifname, why] : cases) {
     RunResult r = Add(ifname);
     EXPECT_EQ(r.exit_code, 2) << r.Describe();
     EXPECT_NE(r.err.find(absl::StrCat("--interface \"", ifname, "\"")), std::string::npos) << r.Describe();
