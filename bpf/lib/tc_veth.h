@@ -93,15 +93,17 @@ static __always_inline int egr_tc_icmp6_type(struct __sk_buff *skb)
 	return type;
 }
 
-/* Neighbour discovery (router solicitation to redirect) behind an extension
- * header or in a first fragment: egr_tc_icmp6_type and the checks on it
- * (anti-spoofing's advertisement target, the router's messages refused) read
- * only an ICMPv6 header right after the IPv6 header, but the node's kernel
- * takes a router advertisement behind destination options too.  Neighbour
- * discovery never needs an extension header (RFC 4861; RFC 6980 forbids
- * fragments), so such a message is a frame no pod sends: refused, whatever
- * the policy allows of its destination (ff02::1 under a default allow). */
-static __always_inline int egr_tc_nd_behind_headers(struct __sk_buff *skb, const struct egr_pkt *p)
+/* Whether the packet's upper layer is neighbour discovery (router
+ * solicitation to redirect) wherever it sits: egr_tc_icmp6_type and the
+ * checks on it (anti-spoofing's advertisement target, the router's messages
+ * refused, the link's messages passed) read only an ICMPv6 header right
+ * after the IPv6 header, but the node's kernel takes a router advertisement
+ * behind destination options too.  The judge refuses, as a frame no pod
+ * sends, every such message it has not passed: behind an extension header or
+ * in a first fragment (RFC 4861 needs neither; RFC 6980 forbids fragments),
+ * or addressed beyond the link (egr_tc_nd_leaves_link), whatever the policy
+ * allows of its destination (ff02::1 under a default allow). */
+static __always_inline int egr_tc_is_nd(struct __sk_buff *skb, const struct egr_pkt *p)
 {
 	__u8 type;
 
@@ -110,6 +112,34 @@ static __always_inline int egr_tc_nd_behind_headers(struct __sk_buff *skb, const
 	if (bpf_skb_load_bytes(skb, p->l4_off, &type, 1))
 		return 0;
 	return type >= EGR_ND_ROUTER_SOLICIT && type <= EGR_ND_REDIRECT;
+}
+
+/* Whether the node would forward the pod's IPv6 packet (a neighbour
+ * discovery message) off the link: a route lookup in the node's netns, as
+ * the forwarding path would make it.  Multicast and link-local destinations
+ * or sources (never forwarded), the node's own addresses (the gateway a pod
+ * probes, the address the node solicits from) and no route come back as not
+ * forwarded; a route to a host beyond the node (or a lookup that fails)
+ * means the message would leave the link: refused (a solicitation addressed
+ * to a host beyond the node would otherwise carry its ICMPv6 body there,
+ * whatever the policy says of that host).  A subprogram of its own: the 64-byte lookup takes no room in
+ * the judge's frame. */
+static __noinline int egr_tc_nd_leaves_link(struct __sk_buff *skb)
+{
+	struct bpf_fib_lookup fib = {};
+	long ret;
+
+	if (!skb)
+		return 1;
+	fib.family = 10; /* AF_INET6 */
+	fib.l4_protocol = EGR_IPPROTO_ICMPV6;
+	fib.ifindex = skb->ifindex;
+	if (bpf_skb_load_bytes(skb, EGR_ETH_HLEN + 8, fib.ipv6_src, 16) ||
+	    bpf_skb_load_bytes(skb, EGR_ETH_HLEN + 24, fib.ipv6_dst, 16))
+		return 1;
+	ret = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	return ret < 0 || ret == BPF_FIB_LKUP_RET_SUCCESS || ret == BPF_FIB_LKUP_RET_NO_NEIGH ||
+	       ret == BPF_FIB_LKUP_RET_FRAG_NEEDED;
 }
 
 static __always_inline int egr_pod_owns(__u32 ifindex, const struct egr_addr *a)
@@ -218,10 +248,12 @@ static __always_inline struct egr_decision egr_tc_judge(struct __sk_buff *skb,
 
 		if (type == EGR_ND_ROUTER_ADVERT || type == EGR_ND_REDIRECT)
 			return egr_decide(EGR_DENY_DROP, EGR_REASON_FRAME);
-		if (type == EGR_ND_ROUTER_SOLICIT || type == EGR_ND_NEIGH_SOLICIT ||
-		    type == EGR_ND_NEIGH_ADVERT)
+		/* On the link only: one the node would forward is refused
+		 * below. */
+		if ((type == EGR_ND_ROUTER_SOLICIT || type == EGR_ND_NEIGH_SOLICIT ||
+		     type == EGR_ND_NEIGH_ADVERT) && !egr_tc_nd_leaves_link(skb))
 			return egr_decide(EGR_PASS, EGR_REASON_LINK_LOCAL);
-		if (egr_tc_nd_behind_headers(skb, &p))
+		if (egr_tc_is_nd(skb, &p))
 			return egr_decide(EGR_DENY_DROP, EGR_REASON_FRAME);
 	}
 	/* The unspecified address is judged as the loopback it names; a

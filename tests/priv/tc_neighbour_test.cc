@@ -245,7 +245,7 @@ TEST_F(TcNeighbour, RouterAdvertisementNeverReachesTheNode) {
 // takes it; judged, it is dropped as a frame wherever its ICMPv6 header
 // sits.  This was a hole: the program looked for router messages only right
 // after the IPv6 header, and the default allow let this one through to the
-// node, which installed its prefix (lib/tc_veth.h, egr_tc_nd_behind_headers).
+// node, which installed its prefix (lib/tc_veth.h, egr_tc_is_nd).
 TEST_F(TcNeighbour, RouterAdvertisementBehindAnOptionsHeaderNeverReachesTheNode) {
   const Pod& pod = NewPod();
   const std::string prefix = "2001:db8:ad01::";
@@ -280,6 +280,48 @@ TEST_F(TcNeighbour, RouterAdvertisementBehindAnOptionsHeaderNeverReachesTheNode)
   EXPECT_EQ(Stats()[EGR_TC_STAT_FRAME_DROP] - before[EGR_TC_STAT_FRAME_DROP], 2u) << StatsDelta(before);
   EXPECT_EQ(Routes(prefix), "") << "the node took the pod's RA";
   EXPECT_TRUE(HasRecord(pod.node_ifname, "frame", "ff02::1"));
+}
+
+// Neighbour discovery passes the program without the policy (the pod must
+// resolve its gateway), but only on its link.  This was a hole: a
+// solicitation, advertisement or router solicitation addressed to a denied
+// host beyond the node passed as the link's and was forwarded there, its
+// ICMPv6 body (options a receiver ignores) carrying whatever the pod wanted
+// to send.  Unregistered all three arrive at the denied host; judged none
+// does (each a `frame`: lib/tc_veth.h, egr_tc_nd_leaves_link), and the pod's
+// own neighbour discovery keeps working.
+TEST_F(TcNeighbour, NeighbourDiscoveryNeverLeavesTheLink) {
+  const Pod& pod = NewPod();
+  const Mac pm = PodMac(pod), router = RouterMac(pod);
+  // An unknown option (type 250) of 32 bytes: the carried data.
+  Bytes carried = {250, 4};
+  for (int i = 0; i < 30; ++i) carried.push_back(static_cast<uint8_t>('a' + i % 26));
+  auto nd = [&](uint8_t type) {
+    Bytes body = {0, 0, 0, 0};
+    if (type != 133) Append(body, Addr(type == 135 ? kPublicB6 : pod.v6));  // NS/NA: a target (an NA its own)
+    Append(body, carried);
+    return Frame(router, pm, 0x86DD, Ipv6(pod.v6, kPublicB6, 58, Icmp6(pod.v6, kPublicB6, type, 0, body), 255));
+  };
+  const std::vector<Bytes> frames = {nd(133), nd(135), nd(136)};
+  Send(pod, frames);
+  if (absl::Status d = lab().Drain(pod.netns); !d.ok()) FAIL() << d;
+  EXPECT_EQ(lab().PacketsTo(kPublicB6, kProtoIcmp6), 3u) << "unregistered, all three reach B: " << lab().CountersSummary();
+  lab().ResetCounters();
+
+  Register(pod, {"--egress", kPublicA6});
+  if (HasFatalFailure()) return;
+  const auto before = Stats();
+  Send(pod, frames);
+  if (absl::Status d = lab().Drain(pod.netns); !d.ok()) FAIL() << d;
+  EXPECT_EQ(lab().PacketsTo(kPublicB6), 0u) << lab().CountersSummary();
+  EXPECT_EQ(Stats()[EGR_TC_STAT_FRAME_DROP] - before[EGR_TC_STAT_FRAME_DROP], 3u) << StatsDelta(before);
+  EXPECT_TRUE(HasRecord(pod.node_ifname, "frame", kPublicB6));
+  // Its own neighbour discovery still works: with both sides' caches
+  // flushed it resolves its gateway (and the node it) and connects.
+  ASSERT_EQ(lab::Run({.argv = {"ip", "-n", lab().node_netns_name(), "neigh", "flush", "dev", pod.node_ifname}}).exit_code, 0);
+  ASSERT_EQ(lab::Run({.argv = {"ip", "-n", pod.netns_name, "neigh", "flush", "all"}}).exit_code, 0);
+  std::string why;
+  EXPECT_EQ(ProbeLinesIn(pod, {"tcp", kPublicA6, "80"}, &why), (std::vector<std::string>{"ok"})) << why;
 }
 
 }  // namespace
