@@ -8,7 +8,10 @@
 // Names: a dnsmasq in the world is the upstream egressctl run's own DNS proxy
 // asks; the demo shows an allowed name resolving then connecting, its
 // address refused before the query, and a denied name getting NXDOMAIN with
-// the upstream's query count for it.
+// the upstream's query count for it.  Then the node daemon: a pod registered
+// through its API, an upgrade (a second egressd takes over), and a pod whose
+// runtime has its own network stack (gVisor, a VM) registered by interface
+// and judged at its veth, with the tc program's counters.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -246,6 +249,33 @@ int main() {
       } else {
         std::fprintf(stderr, "egressd-demo: the second egressd did not take over: %s\n",
                      next.ok() ? next->err().c_str() : next.status().ToString().c_str());
+      }
+      // A pod whose runtime sends from its own network stack (gVisor, a VM):
+      // no cgroup hook sees it, so it is registered by its interface and
+      // judged per frame at its veth on the node (docs/datapath.md).  Its
+      // processes below are in no registered cgroup, as a guest's would be.
+      auto vm_pod = (*lab)->AddPod();
+      if (vm_pod.ok()) {
+        show("egressctl sandbox apply agent-9 --interface-netns <pod netns> --sandbox-runtime gvisor "
+             "--egress allowed.example",
+             ctl_run({"sandbox", "apply", "agent-9", "--interface-netns", (*vm_pod)->netns, "--sandbox-runtime",
+                      "gvisor", "--egress", "allowed.example", "--label", "pod=agent-9", "--socket", sock},
+                     false));
+        RunSpec vm;
+        vm.argv = {"sh", "-c",
+                   "dig +time=2 +tries=1 +short @8.8.8.8 allowed.example; " + hostile + " tcp " + kPublicA4 +
+                       " 80; " + hostile + " tcp " + kImds4 + " 80; dig +time=2 +tries=1 @8.8.8.8 denied.example | "
+                       "grep -o 'status: [A-Z]*'"};
+        vm.netns = (*vm_pod)->netns;
+        show("(in pod agent-9, judged at its veth) dig allowed.example; egressd-probe tcp 192.0.2.10 80; "
+             "egressd-probe tcp 169.254.169.254 80; dig denied.example",
+             Run(vm));
+        RunSpec tc_metrics;
+        tc_metrics.argv = {"sh", "-c", ctl + " --pin-root " + pins + " --runtime-dir " + runtime +
+                                           " metrics | grep -E '^egressd_tc_frames_total[{]outcome=\"(pass|deny|reject-rst)\"'"};
+        tc_metrics.netns = (*lab)->node_netns();
+        show("egressctl metrics | grep egressd_tc_frames_total", Run(tc_metrics));
+        show("egressctl sandbox delete agent-9", ctl_run({"sandbox", "delete", "agent-9", "--socket", sock}, false));
       }
       show("egressctl sandbox list", ctl_run({"sandbox", "list", "--socket", sock}, false));
       show("egressctl sandbox delete agent-8", ctl_run({"sandbox", "delete", "agent-8", "--socket", sock}, false));

@@ -52,9 +52,16 @@ int Print(const daemon::ClientResponse& r, const ApiFlags& api, const std::funct
 }
 
 void SandboxLine(const nlohmann::json& s) {
-  std::printf("%-24s %-8s cgroup %s%s\n", s["id"].is_string() ? s["id"].get<std::string>().c_str() : "-",
+  // Where it is judged: its cgroup, and the node end of its veth (an
+  // interface-only sandbox has no cgroup).
+  std::string where;
+  if (!s.value("cgroup", "").empty()) where = "cgroup " + s.value("cgroup", "");
+  if (!s.value("interface", "").empty()) {
+    where += absl::StrCat(where.empty() ? "" : " ", "interface ", s.value("interface", ""));
+  }
+  std::printf("%-24s %-8s %s%s\n", s["id"].is_string() ? s["id"].get<std::string>().c_str() : "-",
               s.value("enforced", false) ? "enforced" : s.value("audit_only", false) ? "AUDIT-ONLY" : "NOT-ENFORCED",
-              s.value("cgroup", "").c_str(),
+              where.c_str(),
               s["dns"].is_object() ? absl::StrCat(" dns ", s["dns"].value("endpoint", ""),
                                                   s["dns"].value("served", false) ? "" : " (not served)").c_str()
                                    : "");
