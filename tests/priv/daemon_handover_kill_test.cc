@@ -7,13 +7,16 @@
 //     dig loop running across the hold and the kill; every query answered
 //     and right, each audited once with gap-free sequence numbers, the API
 //     and the audit reader still the old one's, nothing pinned changed, and
-//     a real hand-over works afterwards;
+//     a real hand-over works afterwards; and with queries waiting in the
+//     socket while it starts serving (the old one stopped): none is taken
+//     with it (a receive it started took one before DnsProxy::ReadInherited);
 //   - after it said "serving": the old one has stopped reading and exits 0
 //     as superseded (it cannot take back what it gave up); enforcement stays
 //     exactly as pinned and connects are judged as before, the sandbox's DNS
 //     fails closed (no answer, no query reaches the upstream) and the API is
 //     gone, until a restarted daemon serves again (docs/operations.md,
-//     "Upgrade").
+//     "Upgrade");
+//   - a reader killed mid-window: the next one gives no sequence number twice.
 #include <signal.h>
 #include <unistd.h>
 
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -129,6 +133,74 @@ TEST_F(DaemonHandover, ANewDaemonKilledBeforeItServesLeavesTheOldServingLosingNo
   std::printf("handover kill before serving: %zu queries across the hold and the kill (lost %zu, wrong %zu), audit "
               "seqs %zu gap-free\n",
               seen.size(), lost, wrong, seqs);
+}
+
+// The worst moment for the old one's queue: queries wait in the sandbox's
+// UDP socket (the old daemon stopped by SIGSTOP, so it reads none) while the
+// new daemon, which holds that socket too, starts serving it and then dies
+// before "serving".  A receive the new daemon started would take a waiting
+// datagram off the shared socket at once (Asio reads speculatively when a
+// receive is started, before the loop runs): that query would die with it.
+// Every query of the burst must be answered by the old one once it runs.
+TEST_F(DaemonHandover, ANewDaemonKilledBeforeItServesTookNoWaitingQueryWithIt) {
+  old_ = StartDaemon();
+  ASSERT_TRUE(old_);
+  const std::string cg = Put("pod-kill-queue", {{"egress", {kAllowed}}});
+  ASSERT_FALSE(cg.empty());
+  // Datagrams waiting in the proxy's sockets at the pod gateway (Recv-Q).
+  auto queued = [&] {
+    RunSpec ss;
+    ss.argv = {"ss", "-Hunl", "src", lab::kPodGatewayV4};
+    ss.netns = lab().node_netns();
+    RunResult r = lab::Run(ss);
+    uint64_t n = 0;
+    for (absl::string_view l : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
+      std::vector<absl::string_view> f = absl::StrSplit(l, ' ', absl::SkipEmpty());
+      uint64_t q = 0;
+      if (f.size() > 1 && absl::SimpleAtoi(f[1], &q)) n += q;
+    }
+    return n;
+  };
+  // The new one stops itself once it holds the sockets, before it serves
+  // them (EGRESSD_TEST_HANDOVER_HOLD's after-take); the old one is stopped.
+  new_ = SpawnDaemon("after-take,before-serving");
+  ASSERT_TRUE(new_);
+  auto took = new_->ReadOutLine(Scaled(60000));
+  ASSERT_TRUE(took && *took == "handover-hold: after-take") << new_->err();
+  auto stopped = [](pid_t pid) {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat;
+    std::getline(in, stat);
+    const size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+  };
+  ASSERT_TRUE(WaitFor([&] { return stopped(new_->pid()); }, 5000)) << "the new daemon never stopped at after-take";
+  ASSERT_EQ(kill(old_->pid(), SIGSTOP), 0);
+  // A burst of queries now waits in the socket.
+  const int rate = 200, seconds = 2;
+  auto load = lab::Start(InSandbox(cg, {lab::BinaryPath("egr-dns-load"), "--server", "8.8.8.8", "--name", kAllowed,
+                                        "--rate", std::to_string(rate), "--seconds", std::to_string(seconds),
+                                        "--timeout-ms", std::to_string(static_cast<int>(5000 * TimeScale()))}));
+  ASSERT_TRUE(load.ok()) << load.status();
+  const bool waiting = WaitFor([&] { return queued() >= 5; }, 10000);
+  // The new one goes on: it serves the sockets (its receives start), stops
+  // before "serving", and is killed there; then the old one runs again.
+  ASSERT_EQ(kill(new_->pid(), SIGCONT), 0);
+  auto held = new_->ReadOutLine(Scaled(60000));
+  EXPECT_TRUE(held && *held == "handover-hold: before-serving") << new_->err();
+  ASSERT_EQ(kill(new_->pid(), SIGKILL), 0);
+  new_->Wait(Scaled(10000));
+  new_.reset();
+  ASSERT_EQ(kill(old_->pid(), SIGCONT), 0);
+  ASSERT_TRUE(waiting) << "no query waited in the socket";
+  RunResult out = load->Wait(Scaled((seconds + 15) * 1000));
+  ASSERT_EQ(out.exit_code, 0) << out.Describe();
+  auto j = nlohmann::json::parse(out.out.substr(out.out.find('{')), nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out.Describe();
+  EXPECT_EQ(j.value("lost", -1), 0) << "queries the killed daemon took with it: " << j.dump();
+  EXPECT_EQ(j["rcodes"].value("NOERROR", 0), rate * seconds) << j.dump();
+  EXPECT_TRUE(WaitFor([&] { return absl::StrContains(old_->err(), "went before it served"); }, 5000)) << old_->err();
+  EXPECT_EQ(Call("GET", "/readyz").status, 200);
 }
 
 TEST_F(DaemonHandover, ANewDaemonKilledAfterItServesLeavesEnforcementAndDnsFailsClosedUntilARestart) {

@@ -1,6 +1,7 @@
 // The daemon's part of the hand-over (handover.h): as the new daemon, what
 // it takes from the old one at start-up; as the running one, what it hands
 // over and how it leaves.
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -11,26 +12,31 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "userspace/common/errors.h"
 #include "userspace/daemon/daemon.h"
 
 namespace egressd::daemon {
 
 // For tests only (docs/operations.md "Upgrade"): with
-// EGRESSD_TEST_HANDOVER_HOLD=<point> a new daemon stops at that point of its
-// hand-over ("before-serving": every socket taken and inherited, "serving"
-// not said; "after-serving": "serving" said, "released" not awaited),
-// prints "handover-hold: <point>" on stdout and waits to be killed (SIGKILL:
-// the handled signals only wake it).  A test kills it there, at the moment a
-// crash would be worst, instead of racing a log line.  Unset in production;
-// any other value holds nowhere.
+// EGRESSD_TEST_HANDOVER_HOLD=<point>[,<point>...] a new daemon stops itself
+// (SIGSTOP) at each named point of its hand-over: "after-take" (the sockets
+// and the lock received, nothing served yet), "before-serving" (every socket
+// served by its proxy, "serving" not said), "after-serving" ("serving" said,
+// "released" not awaited).  It prints "handover-hold: <point>" on stdout
+// first; a test then kills it there (SIGKILL), at the moment a crash would be
+// worst, instead of racing a log line, or lets it go on (SIGCONT).  Unset in
+// production; an unknown point holds nowhere.
 static void HoldForTest(const char* point) {
   const char* want = std::getenv("EGRESSD_TEST_HANDOVER_HOLD");
-  if (want == nullptr || std::strcmp(want, point) != 0) return;
-  spdlog::warn("hand-over: EGRESSD_TEST_HANDOVER_HOLD={}: holding here until killed", point);
+  if (want == nullptr) return;
+  bool named = false;
+  for (absl::string_view p : absl::StrSplit(want, ',')) named = named || p == point;
+  if (!named) return;
+  spdlog::warn("hand-over: EGRESSD_TEST_HANDOVER_HOLD: stopped at {} (SIGCONT goes on)", point);
   std::printf("handover-hold: %s\n", point);
   std::fflush(stdout);
-  for (;;) pause();
+  raise(SIGSTOP);
 }
 
 absl::Status Daemon::TakeOver() {
@@ -53,6 +59,7 @@ absl::Status Daemon::TakeOver() {
   daemon_lock_ = std::move(lock);
   spdlog::info("hand-over: took {} socket(s) from pid {}", (*client)->fds().size(), (*client)->old_pid());
   taking_over_ = std::move(*client);
+  HoldForTest("after-take");
   return absl::OkStatus();
 }
 
@@ -92,6 +99,9 @@ absl::Status Daemon::FinishStart() {
   if (unused > 0) spdlog::info("hand-over: {} socket(s) served by no sandbox of this daemon", unused);
   HoldForTest("before-serving");
   EGR_RETURN_IF_ERROR(taking_over_->SendServing());
+  // Only now read them (DnsProxy::Inherit): until "serving" the old daemon
+  // reads every query, and one this daemon took would die with it.
+  if (proxy_) proxy_->ReadInherited();
   HoldForTest("after-serving");
   taking_over_->AwaitReleased(io_, [this, hooks = std::move(hooks)](absl::StatusOr<uint64_t> seq) mutable {
     if (seq.ok()) {

@@ -492,6 +492,14 @@ struct DnsProxy::Sandbox {
   std::shared_ptr<Live> live;
   std::vector<std::shared_ptr<UdpServer>> udp;
   std::vector<std::shared_ptr<TcpServer>> tcp;
+  bool reading = false;
+
+  void StartReading() {
+    if (reading) return;
+    reading = true;
+    for (auto& u : udp) u->Receive();
+    for (auto& t : tcp) t->Accept();
+  }
 
   void Close() {
     live->stopped = true;
@@ -598,8 +606,7 @@ absl::Status DnsProxy::Serve(SandboxScope scope, const Endpoint& ep) {
       return absl::Status(s.code(), absl::StrCat("sandbox ", id, ": DNS endpoint: ", s.message()));
     }
   }
-  for (auto& u : sb->udp) u->Receive();
-  for (auto& t : sb->tcp) t->Accept();
+  if (!hold_reads_) sb->StartReading();
   int granted = 0;
   for (auto& u : sb->udp) granted = granted == 0 ? u->ReceiveBuffer() : std::min(granted, u->ReceiveBuffer());
   spdlog::info("dns: serving sandbox {} at {} (UDP receive buffer {} bytes granted, {} asked)", id, ep.ToString(),
@@ -635,7 +642,13 @@ std::vector<DnsProxy::ListeningSocket> DnsProxy::ListeningSockets() const {
 }
 
 void DnsProxy::Inherit(bool tcp, const net::IpAddr& addr, uint16_t port, UniqueFd fd) {
+  hold_reads_ = true;
   inherited_[InheritedKey(tcp, addr, port)] = std::move(fd);
+}
+
+void DnsProxy::ReadInherited() {
+  hold_reads_ = false;
+  for (auto& [id, sb] : sandboxes_) sb->StartReading();
 }
 
 std::string DnsProxy::InheritedKey(bool tcp, const net::IpAddr& addr, uint16_t port) {

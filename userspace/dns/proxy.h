@@ -104,8 +104,16 @@ class DnsProxy {
   };
   std::vector<ListeningSocket> ListeningSockets() const;
   // A socket the previous daemon handed over: Serve at (addr, port) takes
-  // it instead of binding one, so the endpoint is never closed.
+  // it instead of binding one, so the endpoint is never closed.  From the
+  // first Inherit until ReadInherited(), Serve starts no receive and no
+  // accept on any socket: the previous daemon still reads them, and a
+  // receive started here takes a waiting datagram off the shared socket at
+  // once (Asio reads speculatively), lost if this daemon dies before it
+  // said it serves.
   void Inherit(bool tcp, const net::IpAddr& addr, uint16_t port, UniqueFd fd);
+  // This daemon serves now (it told the previous one): every sandbox's
+  // receives and accepts start, and Serve starts them at once from here on.
+  void ReadInherited();
   // Reads no more queries and accepts no more connections (the sockets are
   // served by the next daemon); queries read are still answered.
   void Quiesce();
@@ -126,6 +134,7 @@ class DnsProxy {
   std::shared_ptr<Sandbox> self_test_;
   Counters self_test_counters_;
   std::map<std::string, UniqueFd> inherited_;
+  bool hold_reads_ = false;  // Inherit() .. ReadInherited()
 };
 
 }  // namespace egressd::dns
