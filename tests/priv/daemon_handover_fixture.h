@@ -198,7 +198,9 @@ class DaemonHandover : public ::testing::Test {
       EXPECT_TRUE(seqs.insert(seq).second) << "seq " << seq << " twice: " << j.dump();
     }
     EXPECT_FALSE(seqs.empty());
-    if (!seqs.empty()) EXPECT_EQ(*seqs.rbegin() - *seqs.begin() + 1, seqs.size()) << "a gap in the sequence numbers";
+    if (!seqs.empty()) {
+      EXPECT_EQ(*seqs.rbegin() - *seqs.begin() + 1, seqs.size()) << "a gap in the sequence numbers";
+    }
     if (seqs_out) *seqs_out = seqs.size();
     uint64_t n = 0;
     for (const auto& j : stream) {

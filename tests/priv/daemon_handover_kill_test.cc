@@ -8,8 +8,9 @@
 //     and right, each audited once with gap-free sequence numbers, the API
 //     and the audit reader still the old one's, nothing pinned changed, and
 //     a real hand-over works afterwards; and with queries waiting in the
-//     socket while it starts serving (the old one stopped): none is taken
-//     with it (a receive it started took one before DnsProxy::ReadInherited);
+//     socket and an API call in the listener's backlog while it starts
+//     serving (the old one stopped): none is taken with it (a receive and an
+//     accept it started took one each before it waited for "serving");
 //   - after it said "serving": the old one has stopped reading and exits 0
 //     as superseded (it cannot take back what it gave up); enforcement stays
 //     exactly as pinned and connects are judged as before, the sandbox's DNS
@@ -17,11 +18,15 @@
 //     gone, until a restarted daemon serves again (docs/operations.md,
 //     "Upgrade");
 //   - a reader killed mid-window: the next one gives no sequence number twice.
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
@@ -34,6 +39,7 @@
 #include "absl/strings/strip.h"
 #include "daemon_handover_fixture.h"
 #include "pin_snapshot.h"
+#include "userspace/common/unique_fd.h"
 
 namespace egressd::test::handover {
 namespace {
@@ -142,7 +148,7 @@ TEST_F(DaemonHandover, ANewDaemonKilledBeforeItServesLeavesTheOldServingLosingNo
 // datagram off the shared socket at once (Asio reads speculatively when a
 // receive is started, before the loop runs): that query would die with it.
 // Every query of the burst must be answered by the old one once it runs.
-TEST_F(DaemonHandover, ANewDaemonKilledBeforeItServesTookNoWaitingQueryWithIt) {
+TEST_F(DaemonHandover, ANewDaemonKilledBeforeItServesTookNoWaitingQueryOrApiCallWithIt) {
   old_ = StartDaemon();
   ASSERT_TRUE(old_);
   const std::string cg = Put("pod-kill-queue", {{"egress", {kAllowed}}});
@@ -183,6 +189,19 @@ TEST_F(DaemonHandover, ANewDaemonKilledBeforeItServesTookNoWaitingQueryWithIt) {
                                         "--timeout-ms", std::to_string(static_cast<int>(5000 * TimeScale()))}));
   ASSERT_TRUE(load.ok()) << load.status();
   const bool waiting = WaitFor([&] { return queued() >= 5; }, 10000);
+  // And an API call waiting in the listener's backlog (connected, asked).
+  UniqueFd api(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(api.valid());
+  {
+    sockaddr_un sun{};
+    sun.sun_family = AF_UNIX;
+    const std::string path = DaemonSocket();
+    ASSERT_LT(path.size(), sizeof(sun.sun_path));
+    std::memcpy(sun.sun_path, path.data(), path.size());
+    ASSERT_EQ(connect(api.get(), reinterpret_cast<sockaddr*>(&sun), sizeof(sun)), 0) << std::strerror(errno);
+    const std::string ask = "GET /readyz HTTP/1.1\r\nHost: egressd\r\nConnection: close\r\n\r\n";
+    ASSERT_EQ(write(api.get(), ask.data(), ask.size()), static_cast<ssize_t>(ask.size()));
+  }
   // The new one goes on: it serves the sockets (its receives start), stops
   // before "serving", and is killed there; then the old one runs again.
   ASSERT_EQ(kill(new_->pid(), SIGCONT), 0);
@@ -193,6 +212,17 @@ TEST_F(DaemonHandover, ANewDaemonKilledBeforeItServesTookNoWaitingQueryWithIt) {
   new_.reset();
   ASSERT_EQ(kill(old_->pid(), SIGCONT), 0);
   ASSERT_TRUE(waiting) << "no query waited in the socket";
+  // The API call is answered by the old one.
+  std::string answer;
+  for (;;) {
+    pollfd p{api.get(), POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(10000 * TimeScale())) <= 0) break;
+    char buf[4096];
+    const ssize_t n = read(api.get(), buf, sizeof(buf));
+    if (n <= 0) break;
+    answer.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 200")) << "the API call waiting in the backlog: \"" << answer << "\"";
   RunResult out = load->Wait(Scaled((seconds + 15) * 1000));
   ASSERT_EQ(out.exit_code, 0) << out.Describe();
   auto j = nlohmann::json::parse(out.out.substr(out.out.find('{')), nullptr, false);

@@ -99,9 +99,12 @@ absl::Status Daemon::FinishStart() {
   if (unused > 0) spdlog::info("hand-over: {} socket(s) served by no sandbox of this daemon", unused);
   HoldForTest("before-serving");
   EGR_RETURN_IF_ERROR(taking_over_->SendServing());
-  // Only now read them (DnsProxy::Inherit): until "serving" the old daemon
-  // reads every query, and one this daemon took would die with it.
+  // Only now read them (DnsProxy::Inherit, HttpServer::Adopt,
+  // MetricsServer::Adopt): until "serving" the old daemon reads every query
+  // and accepts every call, and one this daemon took would die with it.
   if (proxy_) proxy_->ReadInherited();
+  server_->StartAccepting();
+  if (metrics_) metrics_->StartAccepting();
   HoldForTest("after-serving");
   taking_over_->AwaitReleased(io_, [this, hooks = std::move(hooks)](absl::StatusOr<uint64_t> seq) mutable {
     if (seq.ok()) {

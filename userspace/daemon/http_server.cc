@@ -213,6 +213,7 @@ absl::Status HttpServer::Listen(const std::string& path) {
   if (ec) return absl::InternalError(absl::StrCat("listen on ", path, ": ", ec.message()));
   if (chmod(path.c_str(), 0600) != 0) return ErrnoStatus(errno, absl::StrCat("chmod ", path));
   path_ = path;
+  accepting_ = true;
   Accept();
   return absl::OkStatus();
 }
@@ -226,8 +227,16 @@ absl::Status HttpServer::Adopt(const std::string& path, int fd) {
     return absl::InternalError(absl::StrCat("adopt the API listener on ", path, ": ", ec.message()));
   }
   path_ = path;
-  Accept();
+  // Not accepted on yet (StartAccepting): until this daemon serves, the one
+  // that handed it over accepts, and a connection accepted here would die
+  // with this daemon if it went first (Asio accepts speculatively).
   return absl::OkStatus();
+}
+
+void HttpServer::StartAccepting() {
+  if (!acceptor_ || accepting_) return;
+  accepting_ = true;
+  Accept();
 }
 
 void HttpServer::StopAccepting() {

@@ -81,9 +81,11 @@ class HttpServer {
   absl::Status Listen(const std::string& path);
   uint64_t refused() const { return *refused_; }
   // The hand-over (handover.h): serve a listener the previous daemon bound
-  // at `path` (never unlinked nor rebound); the listener's fd; accept no
-  // more (the connections accepted are answered).
+  // at `path` (never unlinked nor rebound), accepting from StartAccepting()
+  // (once this daemon said it serves); the listener's fd; accept no more
+  // (the connections accepted are answered).
   absl::Status Adopt(const std::string& path, int fd);
+  void StartAccepting();
   int listener_fd() const { return acceptor_ ? acceptor_->native_handle() : -1; }
   void StopAccepting();
 
@@ -96,6 +98,7 @@ class HttpServer {
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
   std::shared_ptr<uint64_t> refused_ = std::make_shared<uint64_t>(0);
   std::string path_;
+  bool accepting_ = false;
 };
 
 }  // namespace egressd::daemon

@@ -132,6 +132,7 @@ absl::Status MetricsServer::Listen(const net::IpAddr& addr, uint16_t port) {
   address_ = where(bound);
   ip_ = addr;
   spdlog::info("serving /metrics on {} (guarded from every sandbox in {})", where(bound), "egr_dnsep_v1");
+  accepting_ = true;
   Accept();
   return absl::OkStatus();
 }
@@ -154,8 +155,14 @@ absl::Status MetricsServer::Adopt(const net::IpAddr& addr, uint16_t port, int fd
   address_ = where;
   ip_ = addr;
   spdlog::info("serving /metrics on {} (handed over; guarded from every sandbox in {})", where, "egr_dnsep_v1");
-  Accept();
+  // Accepted on from StartAccepting(), as the API's listener (http_server.cc).
   return absl::OkStatus();
+}
+
+void MetricsServer::StartAccepting() {
+  if (!acceptor_ || !acceptor_->is_open() || accepting_) return;
+  accepting_ = true;
+  Accept();
 }
 
 int MetricsServer::listener_fd() const {

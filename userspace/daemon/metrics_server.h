@@ -27,6 +27,9 @@ class MetricsServer {
   // The hand-over (handover.h): serves a listener the old daemon passed
   // (bound and listening at addr:port); the guard is set again, idempotently.
   absl::Status Adopt(const net::IpAddr& addr, uint16_t port, int fd);
+  // Accepts on an adopted listener (once this daemon said it serves; a
+  // listener of its own accepts from Listen).
+  void StartAccepting();
   // The listening socket's fd for the next daemon (-1 if none); Stop closes
   // this daemon's acceptor, leaving the next one's copy listening.
   int listener_fd() const;
@@ -45,6 +48,7 @@ class MetricsServer {
   std::string address_;
   net::IpAddr ip_;
   std::shared_ptr<uint64_t> scrapes_ = std::make_shared<uint64_t>(0);
+  bool accepting_ = false;
 };
 
 }  // namespace egressd::daemon
