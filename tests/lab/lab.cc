@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -219,6 +220,15 @@ Lab::~Lab() { Teardown(); }
 
 std::string Lab::node_netns() const { return std::string(kNetnsDir) + "/" + node_netns_name(); }
 std::string Lab::world_netns() const { return std::string(kNetnsDir) + "/" + world_netns_name(); }
+
+uint32_t Lab::NodeIfindex(const std::string& ifname) const {
+  uint32_t idx = 0;
+  absl::Status st = InNetns(node_netns(), [&] {
+    idx = if_nametoindex(ifname.c_str());
+    return absl::OkStatus();
+  });
+  return st.ok() ? idx : 0;
+}
 
 absl::StatusOr<std::unique_ptr<Lab>> Lab::Create() {
   SweepStale();

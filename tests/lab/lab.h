@@ -224,6 +224,9 @@ class Lab {
   std::string node_netns() const;        // /var/run/netns/egl-<id>-n
   std::string node_netns_name() const { return "egl-" + id_ + "-n"; }
   const std::string& node_uplink_ifname() const { return uplink_if_; }
+  // The ifindex of an interface in the node netns (a pod's veth end, as the
+  // tc program and egr_ifsandbox_v1 know it); 0 if there is none.
+  uint32_t NodeIfindex(const std::string& ifname) const;
   // The world: the lab hosts, servers and capture.
   std::string world_netns() const;       // /var/run/netns/egl-<id>-w
   std::string world_netns_name() const { return "egl-" + id_ + "-w"; }

@@ -39,16 +39,6 @@ using lab::ProbeLine;
 using lab::RunResult;
 using lab::RunSpec;
 
-uint32_t NodeIfindex(const std::string& ifname) {
-  uint32_t idx = 0;
-  std::thread t([&] {
-    int ns = open(Shared().lab().node_netns().c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns >= 0 && setns(ns, CLONE_NEWNET) == 0) idx = if_nametoindex(ifname.c_str());
-    if (ns >= 0) close(ns);
-  });
-  t.join();
-  return idx;
-}
 
 class DaemonInterface : public ::testing::Test {
  protected:
@@ -106,7 +96,7 @@ TEST_F(DaemonInterface, PutWithoutCgroupIsJudgedAtTheVethAndSurvivesARestart) {
   auto pod = lab().AddPod();
   ASSERT_TRUE(pod.ok()) << pod.status();
   const std::string id = absl::StrCat("ifonly-", getpid());
-  const uint64_t sandbox_id = maps::InterfaceSandboxId(NodeIfindex((*pod)->node_ifname));
+  const uint64_t sandbox_id = maps::InterfaceSandboxId(Shared().lab().NodeIfindex((*pod)->node_ifname));
   // require_socket_containment holds for it even on a node without the bpf
   // LSM: the packet-socket rule is a cgroup's, its frames are judged at the veth.
   auto put = Call("PUT", "/v1/sandboxes/" + id,

@@ -72,16 +72,6 @@ constexpr const char* kDeniedName4 = lab::kPublicB4;
 // The fences: allowed datagrams the guest sends last (tcp ports echo, 7001 counts).
 constexpr uint16_t kFencePort = 7001;
 
-uint32_t NodeIfindex(const std::string& ifname) {
-  uint32_t idx = 0;
-  std::thread t([&] {
-    int ns = open(Shared().lab().node_netns().c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns >= 0 && setns(ns, CLONE_NEWNET) == 0) idx = if_nametoindex(ifname.c_str());
-    if (ns >= 0) close(ns);
-  });
-  t.join();
-  return idx;
-}
 
 std::vector<uint64_t> TcStats() {
   auto s = maps::ReadTcStats(Shared().pin_root());
@@ -172,7 +162,7 @@ class GuestTap : public ::testing::Test {
     ASSERT_EQ(r.exit_code, 0) << r.Describe();
     registered_ = true;
   }
-  uint64_t SandboxId() { return maps::InterfaceSandboxId(NodeIfindex(pod_->node_ifname)); }
+  uint64_t SandboxId() { return maps::InterfaceSandboxId(Shared().lab().NodeIfindex(pod_->node_ifname)); }
 
   TapGuest::Result InGuest(const std::string& command) {
     auto r = guest_->Run(command, std::chrono::milliseconds(static_cast<int>(120000 * TimeScale())));
@@ -278,7 +268,7 @@ TEST_F(GuestTap, RegisteredByInterfaceTheAllowedAddressArrivesAndTheDeniedNever)
   EXPECT_EQ(after[EGR_TC_STAT_SPOOFED], before[EGR_TC_STAT_SPOOFED])
       << "the guest's frames are the pod's own (its MAC and addresses)";
   std::map<std::string, nlohmann::json> tc = TcAudit(id);
-  const uint32_t ifindex = NodeIfindex(pod_->node_ifname);
+  const uint32_t ifindex = Shared().lab().NodeIfindex(pod_->node_ifname);
   for (const char* dst : {lab::kImds4, lab::kPublicB4, lab::kPublicB6, lab::kPublicC4}) {
     ASSERT_TRUE(tc.count(dst)) << dst << " has no tc record (" << tc.size() << " records)";
     const nlohmann::json& j = tc[dst];

@@ -373,16 +373,6 @@ RunOut TestRun(int prog_fd, uint32_t ifindex, const Bytes& frame) {
   return r;
 }
 
-uint32_t NodeIfindex(const std::string& ifname) {
-  uint32_t idx = 0;
-  std::thread t([&] {
-    int ns = open(Shared().lab().node_netns().c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns >= 0 && setns(ns, CLONE_NEWNET) == 0) idx = if_nametoindex(ifname.c_str());
-    if (ns >= 0) close(ns);
-  });
-  t.join();
-  return idx;
-}
 
 // Each query steered to the endpoint and its answer restored, byte for byte,
 // with checksums a receiver accepts: UDP and TCP, IPv4 and IPv6, an IPv4 UDP
@@ -391,7 +381,7 @@ uint32_t NodeIfindex(const std::string& ifname) {
 TEST_F(TcDns, TheRewriteKeepsChecksumsRightBothWays) {
   DnsSandbox s = RegisterPod(0, {"--egress", kAllowed});
   ASSERT_NE(s.port, 0);
-  const uint32_t ifindex = NodeIfindex(lab().pod(0).node_ifname);
+  const uint32_t ifindex = Shared().lab().NodeIfindex(lab().pod(0).node_ifname);
   ASSERT_NE(ifindex, 0u);
   const int in = bpf_obj_get((Shared().pin_root() + "/progs/egr_tc_ingress").c_str());
   const int out = bpf_obj_get((Shared().pin_root() + "/progs/egr_tc_egress").c_str());

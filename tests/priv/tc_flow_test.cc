@@ -396,11 +396,6 @@ int TestRun(int prog_fd, uint32_t ifindex, const std::string& node_netns, const 
   return ret;
 }
 
-uint32_t NodeIfindex(Lab& lab, const std::string& ifname) {
-  uint32_t idx = 0;
-  InNetns(lab.node_netns(), [&] { idx = if_nametoindex(ifname.c_str()); });
-  return idx;
-}
 
 // Only a SYN going into the pod makes inbound state: the pod can neither
 // answer a peer that never called nor make state by what it sends; the
@@ -410,7 +405,7 @@ TEST_F(TcFlow, OnlyASynIntoThePodMakesInboundState) {
   const std::string cg = Cgroup();
   Add(cg, 0, {"--egress", kPublicA4}, /*by_name=*/true);
   const uint64_t sb = SandboxId(cg);
-  const uint32_t ifindex = NodeIfindex(lab(), lab().pod(0).node_ifname);
+  const uint32_t ifindex = lab().NodeIfindex(lab().pod(0).node_ifname);
   ASSERT_NE(ifindex, 0u);
   const int in = bpf_obj_get((Shared().pin_root() + "/progs/egr_tc_ingress").c_str());
   const int out = bpf_obj_get((Shared().pin_root() + "/progs/egr_tc_egress").c_str());
@@ -561,7 +556,7 @@ TEST_F(TcFlow, OneSandboxsFullQuotaTakesNothingFromAnother) {
   // records of reason flow-untracked (a pass: the packet itself was the
   // policy's to judge), its UDP packets folded per destination into the
   // window's summary; B, never over its quota, has none.
-  const uint32_t ifindex = NodeIfindex(lab(), lab().pod(0).node_ifname);
+  const uint32_t ifindex = lab().NodeIfindex(lab().pod(0).node_ifname);
   uint64_t untracked = 0;
   nlohmann::json record;
   ASSERT_TRUE(Lab::WaitFor(
@@ -635,7 +630,7 @@ TEST_F(TcFlow, FinClosedFlowLeavesTheTableByTheCloseTimeout) {
   // program), and a new connection is refused.
   const int in = bpf_obj_get((Shared().pin_root() + "/progs/egr_tc_ingress").c_str());
   ASSERT_GE(in, 0) << std::strerror(errno);
-  EXPECT_EQ(TestRun(in, NodeIfindex(lab(), lab().pod(0).node_ifname), lab().node_netns(),
+  EXPECT_EQ(TestRun(in, lab().NodeIfindex(lab().pod(0).node_ifname), lab().node_netns(),
                     Frame(lab().pod(0).v4.c_str(), key.pod_port, kPublicC4, 80, kAck)),
             kRefused)
       << "a segment of the closed flow";

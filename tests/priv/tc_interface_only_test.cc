@@ -46,16 +46,6 @@ std::set<std::string> RecordFiles() {
 
 std::string RecordPath(uint64_t id) { return absl::StrCat(Shared().runtime_dir(), "/sandboxes/", id, ".json"); }
 
-uint32_t NodeIfindex(const std::string& ifname) {
-  uint32_t idx = 0;
-  std::thread t([&] {
-    int ns = open(Shared().lab().node_netns().c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns >= 0 && setns(ns, CLONE_NEWNET) == 0) idx = if_nametoindex(ifname.c_str());
-    if (ns >= 0) close(ns);
-  });
-  t.join();
-  return idx;
-}
 
 uint64_t TcDrops() {
   auto s = maps::ReadTcStats(Shared().pin_root());
@@ -162,7 +152,7 @@ TEST_F(TcInterfaceOnly, BadInputIsRefusedNamingTheValueAndNothingChanges) {
 // interface; removed by interface, the pod is free again.
 TEST_F(TcInterfaceOnly, SandboxWithoutCgroupIsJudgedAtItsVethAndRemovedByInterface) {
   const Pod& pod = NewPod();
-  const uint32_t ifindex = NodeIfindex(pod.node_ifname);
+  const uint32_t ifindex = Shared().lab().NodeIfindex(pod.node_ifname);
   ASSERT_NE(ifindex, 0u);
   const uint64_t id = maps::InterfaceSandboxId(ifindex);
   // Positive control: unregistered, the pod reaches the hosts the policy denies.
@@ -298,10 +288,10 @@ TEST_F(TcInterfaceOnly, VanishedInterfaceIsCollectedByReconcile) {
                                peer}})
                 .exit_code,
             0);
-  const uint32_t gone_ifindex = NodeIfindex(ifname);
+  const uint32_t gone_ifindex = Shared().lab().NodeIfindex(ifname);
   ASSERT_NE(gone_ifindex, 0u);
   const uint64_t gone = maps::InterfaceSandboxId(gone_ifindex);
-  const uint64_t live = maps::InterfaceSandboxId(NodeIfindex(pod.node_ifname));
+  const uint64_t live = maps::InterfaceSandboxId(Shared().lab().NodeIfindex(pod.node_ifname));
   ASSERT_EQ(Add({"--egress", kPublicA4, "--interface", ifname}, ifname).exit_code, 0);
   ASSERT_EQ(Add({"--egress", kPublicA4, "--interface", pod.node_ifname}, pod.node_ifname).exit_code, 0);
   ASSERT_EQ(access(RecordPath(gone).c_str(), F_OK), 0);

@@ -36,16 +36,6 @@ namespace {
 
 using namespace egressd::lab;
 
-uint32_t NodeIfindex(const std::string& ifname) {
-  uint32_t idx = 0;
-  std::thread t([&] {
-    int ns = open(Shared().lab().node_netns().c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns >= 0 && setns(ns, CLONE_NEWNET) == 0) idx = if_nametoindex(ifname.c_str());
-    if (ns >= 0) close(ns);
-  });
-  t.join();
-  return idx;
-}
 
 uint64_t TcSpoofed() {
   auto s = maps::ReadTcStats(Shared().pin_root());
@@ -206,7 +196,7 @@ TEST_F(TcPodIdentity, UnknownPodAddressesAreRefusedNamingTheInterface) {
     EXPECT_NE(r.err.find(absl::StrCat("--interface \"", ifname, "\"")), std::string::npos) << r.Describe();
     EXPECT_NE(r.err.find("no host route"), std::string::npos) << r.Describe();
     EXPECT_NE(r.err.find(why), std::string::npos) << r.Describe();
-    auto e = table->Get(NodeIfindex(ifname));
+    auto e = table->Get(Shared().lab().NodeIfindex(ifname));
     ASSERT_TRUE(e.ok()) << e.status();
     EXPECT_FALSE(e->has_value()) << ifname << " was registered";
   }

@@ -78,16 +78,6 @@ uint64_t PodSnmp(const std::string& netns, const std::string& file, const std::s
   return 0;
 }
 
-uint32_t NodeIfindex(Lab& lab, const std::string& ifname) {
-  uint32_t idx = 0;
-  std::thread t([&] {
-    int ns = open(lab.node_netns().c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns >= 0 && setns(ns, CLONE_NEWNET) == 0) idx = if_nametoindex(ifname.c_str());
-    if (ns >= 0) close(ns);
-  });
-  t.join();
-  return idx;
-}
 
 class TcReject : public testing::Test {
  protected:
@@ -339,7 +329,7 @@ TEST_F(TcReject, TcDecisionsAreAuditedWithSandboxAndInterface) {
   const std::string cg = Cgroup();
   ASSERT_EQ(Add(cg).exit_code, 0) << last_;
   const uint64_t id = SandboxId(cg);
-  const uint32_t ifindex = NodeIfindex(lab(), lab().pod(0).node_ifname);
+  const uint32_t ifindex = lab().NodeIfindex(lab().pod(0).node_ifname);
   ASSERT_NE(ifindex, 0u);
   auto l = InPod({"tcp", kPublicA4, "80", "--then", "tcp", kPublicB4, "80", "--timeout-ms", "3000", "--then",
                   "udp-connected", kPublicB6, "7001", "--then", "tcp", kImds4, "80", "--timeout-ms", "3000"});
@@ -534,7 +524,7 @@ class TcRejectFrames : public TcReject {
     TcReject::SetUp();
     if (IsSkipped()) return;
     ASSERT_EQ(Add(Cgroup()).exit_code, 0) << last_;
-    ifindex_ = NodeIfindex(lab(), lab().pod(0).node_ifname);
+    ifindex_ = lab().NodeIfindex(lab().pod(0).node_ifname);
     ASSERT_NE(ifindex_, 0u);
     const std::string pin = Shared().pin_root() + "/progs/egr_tc_ingress";
     prog_ = bpf_obj_get(pin.c_str());

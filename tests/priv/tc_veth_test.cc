@@ -302,16 +302,6 @@ int TestRun(int prog_fd, uint32_t ifindex, const std::string& node_netns, const 
   return ret;
 }
 
-uint32_t NodeIfindex(Lab& lab, const std::string& ifname) {
-  uint32_t idx = 0;
-  std::thread t([&] {
-    int ns = open(lab.node_netns().c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns >= 0 && setns(ns, CLONE_NEWNET) == 0) idx = if_nametoindex(ifname.c_str());
-    if (ns >= 0) close(ns);
-  });
-  t.join();
-  return idx;
-}
 
 // One verdict, two program types: the tc program's decisions on crafted
 // frames (the structural ones the lab cannot send: options, fragments,
@@ -320,7 +310,7 @@ TEST_F(TcVeth, CraftedFramesThroughTheTcProgram) {
   const std::string cg = Cgroup();
   ASSERT_EQ(Add(cg, {"--egress", kPublicA4, "--egress", kPublicA6, "--interface", lab().pod(0).node_ifname}).exit_code,
             0);
-  const uint32_t ifindex = NodeIfindex(lab(), lab().pod(0).node_ifname);
+  const uint32_t ifindex = lab().NodeIfindex(lab().pod(0).node_ifname);
   ASSERT_NE(ifindex, 0u);
   const std::string pin = Shared().pin_root() + "/progs/egr_tc_ingress";
   const int prog = bpf_obj_get(pin.c_str());
@@ -364,7 +354,7 @@ TEST_F(TcVeth, CraftedFramesThroughTheTcProgram) {
   }
   // An interface with no sandbox is not judged.
   int err = 0;
-  const uint32_t other = NodeIfindex(lab(), lab().node_uplink_ifname());
+  const uint32_t other = lab().NodeIfindex(lab().node_uplink_ifname());
   EXPECT_EQ(TestRun(prog, other, lab().node_netns(), V4(kPublicB4, 7000), &err), 0) << err;
   close(prog);
 }
