@@ -260,6 +260,7 @@ done
 # kdig: tests/priv/dns_attack_test's DoT/DoH client; promtool: audit_test's metrics check.
 host_tools=(bpftool ip tc nft dnsmasq dig getent setpriv nsenter unshare mount umount tcpdump ping nmap kdig promtool)
 host_tools+=(curl)  # daemon_endpoints_test: the /metrics scrape and the sandboxed API caller
+host_tools+=(ss)    # daemon_handover_kill_test: the queries waiting in the proxy's socket (Recv-Q)
 for tool in "${host_tools[@]}"; do
   src=$(command -v "$tool") || die "$tool not found on the host"
   src=$(readlink -f "$src")

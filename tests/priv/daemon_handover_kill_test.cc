@@ -154,11 +154,13 @@ TEST_F(DaemonHandover, ANewDaemonKilledBeforeItServesTookNoWaitingQueryOrApiCall
   const std::string cg = Put("pod-kill-queue", {{"egress", {kAllowed}}});
   ASSERT_FALSE(cg.empty());
   // Datagrams waiting in the proxy's sockets at the pod gateway (Recv-Q).
+  std::string ss_error;  // a failing ss reads as "nothing queued": say so
   auto queued = [&] {
     RunSpec ss;
     ss.argv = {"ss", "-Hunl", "src", lab::kPodGatewayV4};
     ss.netns = lab().node_netns();
     RunResult r = lab::Run(ss);
+    if (r.exit_code != 0) ss_error = r.Describe();
     uint64_t n = 0;
     for (absl::string_view l : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
       std::vector<absl::string_view> f = absl::StrSplit(l, ' ', absl::SkipEmpty());
@@ -211,7 +213,7 @@ TEST_F(DaemonHandover, ANewDaemonKilledBeforeItServesTookNoWaitingQueryOrApiCall
   new_->Wait(Scaled(10000));
   new_.reset();
   ASSERT_EQ(kill(old_->pid(), SIGCONT), 0);
-  ASSERT_TRUE(waiting) << "no query waited in the socket";
+  ASSERT_TRUE(waiting) << "no query waited in the socket " << ss_error;
   // The API call is answered by the old one.
   std::string answer;
   for (;;) {
