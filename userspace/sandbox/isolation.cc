@@ -67,6 +67,22 @@ int WaitFor(pid_t pid) {
   return StatusToExitCode(status);
 }
 
+// One byte of a handshake pipe.  A forwarded signal's handler runs in the
+// sandbox's init while it waits here (SIGTERM right after registration): the
+// read or write is then interrupted, not failed, and goes on.
+ssize_t ReadByte(int fd, char* c) {
+  ssize_t n;
+  while ((n = read(fd, c, 1)) < 0 && errno == EINTR) {
+  }
+  return n;
+}
+ssize_t WriteByte(int fd, char c) {
+  ssize_t n;
+  while ((n = write(fd, &c, 1)) < 0 && errno == EINTR) {
+  }
+  return n;
+}
+
 [[noreturn]] void Fail(const char* what) {
   std::fprintf(stderr, "egressctl run: %s: %s\n", what, std::strerror(errno));
   _exit(kSetupFailed);
@@ -130,8 +146,8 @@ void EnterUserNamespace(const MapHandshake& h) {
   if (setgroups(0, nullptr) != 0) Fail("setgroups");
   if (unshare(CLONE_NEWUSER) != 0) Fail("unshare user namespace");
   char c = 'u';
-  if (write(h.to_init[1], &c, 1) != 1) Fail("ask for the uid map");
-  if (read(h.to_cmd[0], &c, 1) != 1 || c != 'm') {
+  if (WriteByte(h.to_init[1], c) != 1) Fail("ask for the uid map");
+  if (ReadByte(h.to_cmd[0], &c) != 1 || c != 'm') {
     errno = EPROTO;
     Fail("wait for the uid map");
   }
@@ -142,12 +158,12 @@ void EnterUserNamespace(const MapHandshake& h) {
 // The other side: maps the command's namespace, 0 to nobody.
 void MapUserNamespace(pid_t cmd, const MapHandshake& h) {
   char c = 0;
-  if (read(h.to_init[0], &c, 1) != 1 || c != 'u') _exit(kSetupFailed);  // the command said why
+  if (ReadByte(h.to_init[0], &c) != 1 || c != 'u') _exit(kSetupFailed);  // the command said why
   const std::string proc = "/proc/" + std::to_string(cmd);
   WriteFileOrFail(proc + "/uid_map", "0 " + std::to_string(kNamespaceRootUid) + " 1\n");
   WriteFileOrFail(proc + "/gid_map", "0 " + std::to_string(kNamespaceRootGid) + " 1\n");
   c = 'm';
-  if (write(h.to_cmd[1], &c, 1) != 1) Fail("report the uid map");
+  if (WriteByte(h.to_cmd[1], c) != 1) Fail("report the uid map");
 }
 
 [[noreturn]] void ExecCommand(const IsolationSpec& spec, const MapHandshake& h) {
