@@ -242,6 +242,17 @@ inline std::optional<QueryLine> ParseQuery(const std::string& line) {
   return q;
 }
 
+// Reads the query loop's lines into `seen` until it holds `at_least` (false
+// when the loop went quiet for 20 s: its last query never came back).
+inline bool ReadQueries(lab::Background& loop, std::vector<QueryLine>& seen, size_t at_least) {
+  while (seen.size() < at_least) {
+    auto line = loop.ReadOutLine(std::chrono::seconds(20));
+    if (!line) return false;
+    if (auto q = ParseQuery(*line)) seen.push_back(*q);
+  }
+  return true;
+}
+
 inline int Percentile(std::vector<int> v, double p) {
   if (v.empty()) return -1;
   std::sort(v.begin(), v.end());

@@ -59,14 +59,7 @@ TEST_F(DaemonHandover, ANewDaemonKilledBeforeItServesLeavesTheOldServingLosingNo
   auto queries = QueryLoop(cg);
   ASSERT_TRUE(queries);
   std::vector<QueryLine> seen;
-  auto read_queries = [&](size_t at_least) {
-    while (seen.size() < at_least) {
-      auto line = queries->ReadOutLine(20s);
-      if (!line) return false;
-      if (auto q = ParseQuery(*line)) seen.push_back(*q);
-    }
-    return true;
-  };
+  auto read_queries = [&](size_t at_least) { return ReadQueries(*queries, seen, at_least); };
   ASSERT_TRUE(read_queries(8)) << "the query loop never ran: " << queries->err();
 
   // The new daemon, held where it has taken and inherited every socket and
