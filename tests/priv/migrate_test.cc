@@ -34,6 +34,7 @@
 #include "maps/egressd_abi.h"
 #include "maps/map_iter.h"
 #include "loader/pin_check.h"
+#include "migrate_checks.h"
 #include "old_layouts.h"
 
 namespace egressd::test {
@@ -47,35 +48,7 @@ using lab::RunSpec;
 constexpr const char* kName = "mig.example";
 constexpr size_t kLearned = 5000;
 
-bool Exists(const std::string& p) {
-  struct stat st {};
-  return stat(p.c_str(), &st) == 0;
-}
-std::chrono::milliseconds Scaled(std::chrono::milliseconds d) {
-  return std::chrono::milliseconds(static_cast<long long>(d.count() * TimeScale()));
-}
-long long Num(const ProbeLine& l, const char* key) {
-  long long v = -1;
-  auto it = l.find(key);
-  if (it == l.end() || !absl::SimpleAtoi(it->second, &v)) return -1;
-  return v;
-}
-egr_resolved_key V4Key(uint64_t sandbox, const char* v4) {
-  egr_resolved_key k{.sandbox_id = sandbox};
-  k.addr[10] = k.addr[11] = 0xff;
-  EXPECT_EQ(inet_pton(AF_INET, v4, &k.addr[12]), 1);
-  return k;
-}
-uint32_t PinnedSchema(const std::string& pins) {
-  int fd = bpf_obj_get((pins + "/" EGR_MAP_CONFIG).c_str());
-  uint32_t zero = 0;
-  egr_config_val c{};
-  if (fd >= 0) {
-    bpf_map_lookup_elem(fd, &zero, &c);
-    close(fd);
-  }
-  return c.pad0;
-}
+using namespace migrate;
 
 class Migrate : public ::testing::Test {
  protected:
@@ -201,21 +174,8 @@ TEST_F(Migrate, AnOlderLayoutMigratesWithFlowsLiveAndNothingDeniedReachable) {
 
   // The state after: the old pin and the staging pins gone, the new map
   // pinned with every address and its expiry, the schema written.
-  EXPECT_FALSE(Exists(pins + "/" + old_layout::kResolvedV1));
-  EXPECT_FALSE(Exists(staging)) << "the stale staging pin and its directory are removed";
-  EXPECT_EQ(PinnedSchema(pins), uint32_t{kPinSchema});
-  int fd = bpf_obj_get((pins + "/" EGR_MAP_RESOLVED).c_str());
+  int fd = ExpectResolvedMigrated(pins, staging, learned);
   ASSERT_GE(fd, 0);
-  auto entries = maps::AllEntries<egr_resolved_key, egr_resolved_val>(fd);
-  EXPECT_EQ(entries.size(), learned.size());
-  size_t same = 0;
-  for (const auto& e : learned) {
-    egr_resolved_val v{};
-    if (bpf_map_lookup_elem(fd, &e.key, &v) != 0) continue;
-    same += v.expires_boot_ns == e.val.expires_boot_ns && v.name_ids[0] == e.val.name_id && v.name_ids[1] == 0 &&
-            v.keep_s == 0;
-  }
-  EXPECT_EQ(same, learned.size()) << "each address with its expiry, its name, and no keep (v1 had none)";
 
   // The programs in force read the new map: an address learned into it now
   // connects; the map they read before does not decide any more.
@@ -232,24 +192,7 @@ TEST_F(Migrate, AnOlderLayoutMigratesWithFlowsLiveAndNothingDeniedReachable) {
 
   // The flow never broke: every round echoed on its one connection, from
   // before the load to after it.
-  int during = 0, bad = 0;
-  std::string first_bad;
-  for (;;) {
-    auto line = hold.ReadOutLine(Scaled(10s));
-    ASSERT_TRUE(line.has_value()) << "the live flow stopped: " << hold.err();
-    auto l = lab::ParseProbeLine(*line);
-    ASSERT_TRUE(l.ok()) << *line;
-    if (!Ok(*l)) {
-      ++bad;
-      if (first_bad.empty()) first_bad = *line;
-    }
-    const long long at = Num(*l, "start_ms");
-    during += at >= load_start_ms && at <= load_end_ms;
-    if (at > load_end_ms + 200) break;
-  }
-  hold.Stop();
-  EXPECT_EQ(bad, 0) << "the live flow was cut: " << first_bad;
-  EXPECT_GE(during, 5) << "rounds of the live flow ran while the load did";
+  ExpectFlowUnbroken(hold, load_start_ms, load_end_ms, "while the load did");
 }
 
 TEST_F(Migrate, PinnedStateOfAnotherShapeOrANewerVersionIsRefusedAndNothingChanges) {
