@@ -155,10 +155,16 @@ TEST_F(DnsLifetime, APolicyChangeCutsTheRemovedNamesFlowAndKeepsTheKeptNames) {
   ASSERT_EQ(Resolve(s, kName), lab::kPublicA4);
   ASSERT_EQ(Resolve(s, kOtherName), lab::kPublicB4);
 
-  // One echoing TCP flow to each name's address, 100 ms rounds.
+  // One echoing TCP flow to each name's address, 100 ms rounds (times
+  // EGR_TIME_SCALE, as the round's timeout: under TCG the policy change
+  // alone can take longer than 20 unscaled rounds, and a round's echo longer
+  // than 250 ms, which failed this case in a guest once).
+  const long long interval_ms = Scaled(100ms).count();
+  const long long timeout_ms = Scaled(250ms).count();
   auto hold = [&](const char* addr) {
     return lab::Start(InPodSpec(s, {lab::BinaryPath("egressd-probe"), "batch",
-                                    absl::StrCat("hold ", addr, " 80 --interval-ms 100 --count 20 --timeout-ms 250")}));
+                                    absl::StrCat("hold ", addr, " 80 --interval-ms ", interval_ms,
+                                                 " --count 20 --timeout-ms ", timeout_ms)}));
   };
   auto kept_bg = hold(lab::kPublicA4);
   ASSERT_TRUE(kept_bg.ok()) << kept_bg.status();
