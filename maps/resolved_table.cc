@@ -127,13 +127,28 @@ absl::StatusOr<std::optional<egr_resuse_val>> ResolvedTable::Use(uint64_t sandbo
   return ErrnoStatus(errno, absl::StrCat("lookup ", addr.ToString(), " for sandbox ", sandbox, " in ", EGR_MAP_RESUSE));
 }
 
-absl::StatusOr<uint64_t> ResolvedTable::KeepRules(uint64_t sandbox, const std::vector<uint32_t>& rule_ids) {
+absl::StatusOr<uint64_t> ResolvedTable::KeepRules(uint64_t sandbox, const std::vector<uint32_t>& rule_ids,
+                                                  const std::map<uint32_t, uint32_t>& by_question) {
   auto allowed = [&](uint32_t id) {
     return id != 0 && std::find(rule_ids.begin(), rule_ids.end(), id) != rule_ids.end();
   };
   uint64_t dropped = 0;
-  for (const auto& [k, v] : AllEntries<egr_resolved_key, egr_resolved_val>(fd_)) {
+  for (auto [k, v] : AllEntries<egr_resolved_key, egr_resolved_val>(fd_)) {
     if (k.sandbox_id != sandbox || std::any_of(std::begin(v.name_ids), std::end(v.name_ids), allowed)) continue;
+    if (auto q = v.qname_id == 0 ? by_question.end() : by_question.find(v.qname_id); q != by_question.end()) {
+      // Answered for an exact name the new policy allows: kept under it.
+      // Read again just before the write (the proxy may have extended its
+      // expiry since the walk read it); BPF_EXIST: an entry collected
+      // meanwhile stays gone.
+      if (bpf_map_lookup_elem(fd_, &k, &v) != 0) continue;
+      std::fill(std::begin(v.name_ids), std::end(v.name_ids), 0u);
+      v.name_ids[0] = q->second;
+      if (bpf_map_update_elem(fd_, &k, &v, BPF_EXIST) != 0 && errno != ENOENT) {
+        return ErrnoStatus(errno, absl::StrCat("keep an address of a still-allowed name of sandbox ", sandbox,
+                                               " in ", EGR_MAP_RESOLVED));
+      }
+      continue;
+    }
     if (bpf_map_delete_elem(fd_, &k) != 0 && errno != ENOENT) {
       return ErrnoStatus(errno, absl::StrCat("drop the addresses of removed names of sandbox ", sandbox, " in ",
                                              EGR_MAP_RESOLVED));

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -55,8 +56,15 @@ class ResolvedTable : public dns::LearnedAddressSink {
   // A policy change: deletes every entry of `sandbox` (and its use record)
   // that no rule of `rule_ids` (NameId() of the new policy's names and
   // wildcards) learned, at once, flows or not; keeps the others with their
-  // expiries.  Returns how many went.
-  absl::StatusOr<uint64_t> KeepRules(uint64_t sandbox, const std::vector<uint32_t>& rule_ids);
+  // expiries.  An entry learned by a removed rule is kept all the same when
+  // its question name (its qname_id, keyed: dns/qname_key.h) is a key of
+  // `by_question`, which maps the QnameId of each exact name of the new
+  // policy to that name's NameId: the address was answered for that very
+  // name, which is still allowed (narrowing `*.example.com` to
+  // `api.example.com`); the entry is then re-labelled with that rule, its
+  // expiry kept.  Returns how many went.
+  absl::StatusOr<uint64_t> KeepRules(uint64_t sandbox, const std::vector<uint32_t>& rule_ids,
+                                     const std::map<uint32_t, uint32_t>& by_question = {});
   // At most `max` entries (all sandboxes), with their use; `total` (may be
   // null) gets how many there are.
   absl::StatusOr<std::vector<LearnedEntry>> List(size_t max, uint64_t* total = nullptr) const;

@@ -34,7 +34,7 @@ packages=(
   # the DNS proxy: libknot (messages), c-ares (upstream transport), Boost.Asio
   # (its event loop); its tests: dnsmasq (the upstream, and tests/lab/lab_dns.h's
   # resolvers and proxy stand-in), dig and kdig
-  libknot-dev libc-ares-dev libboost-dev dnsmasq-base bind9-dnsutils knot-dnsutils
+  libknot-dev libc-ares-dev libboost-dev libssl-dev dnsmasq-base bind9-dnsutils knot-dnsutils
   # bench/'s DNS rows: dnsperf (latency and rate), libnftables (the incumbent's
   # forwarder adds each answer's addresses in one transaction, in process)
   dnsperf libnftables-dev

@@ -30,6 +30,7 @@
 #include "lab_dns.h"
 #include "tests/dns/dns_wire.h"
 #include "userspace/dns/proxy.h"
+#include "userspace/dns/qname_key.h"
 #include "userspace/dns/scope.h"
 #include "userspace/dns/self_test.h"
 #include "userspace/policy/floor.h"
@@ -45,6 +46,13 @@ using testing::QueryOpts;
 using ::testing::UnorderedElementsAreArray;
 
 constexpr char kUpstream[] = "192.0.2.53";
+// The node's question-name key in these tests (any 16 bytes).
+constexpr QnameKey::Bytes kTestQnameKey = {0x6b, 0x65, 0x79, 0x20, 0x66, 0x6f, 0x72, 0x20,
+                                           0x71, 0x6e, 0x61, 0x6d, 0x65, 0x20, 0x69, 0x64};
+// A label whose FNV-1a (NameId) equals "a"'s, so "<label>.n.example" and
+// "a.n.example" have equal unkeyed ids: found by meet-in-the-middle over
+// 4 + 4 characters (each FNV-1a step is invertible), in about 3 s of Python.
+constexpr char kFnvCollidingLabel[] = "l070acuq";
 constexpr char kEpA4[] = "198.51.100.1";
 constexpr char kEpA6[] = "2001:db8::1";
 constexpr char kEpB4[] = "198.51.100.2";
@@ -160,7 +168,16 @@ class DnsProxyPriv : public ::testing::Test {
     if (map_fd_ < 0) st = absl::InternalError("bpf_map_create failed");
     if (st.ok()) {
       table_ = new maps::ResolvedTable(map_fd_);
-      proxy_map_ = new DnsProxy(*io_, *upstream_, *table_);
+      // With the node's question-name key (qname_key.h), as every host of
+      // the proxy runs it.
+      auto key = QnameKey::FromBytes(kTestQnameKey);
+      if (!key.ok()) {
+        setup_error_ = new std::string(key.status().ToString());
+        return;
+      }
+      ProxyOptions po;
+      po.qname_key = *key;
+      proxy_map_ = new DnsProxy(*io_, *upstream_, *table_, po);
       st = proxy_map_->Serve(ScopeOf(kSandboxC, {"three.example"}, {}), Endpoint{Ip(kEpC4), std::nullopt, kPortC});
     }
     if (!st.ok()) {
@@ -348,8 +365,10 @@ TEST_F(DnsProxyPriv, FullMapRemovesWhatItCouldNotHold) {
       EXPECT_GT((*v)->expires_boot_ns, BootTimeNs());
       EXPECT_EQ((*v)->name_ids[0], NameId("three.example"));
       // The question name too (a restarted proxy books a wildcard's
-      // address under it: learned_book.h SeedName).
-      EXPECT_EQ((*v)->qname_id, NameId("three.example"));
+      // address under it: learned_book.h SeedName), keyed: not the
+      // name's unkeyed NameId, which a sandbox could compute.
+      EXPECT_EQ((*v)->qname_id, (*QnameKey::FromBytes(kTestQnameKey))->Id("three.example"));
+      EXPECT_NE((*v)->qname_id, NameId("three.example"));
     }
   }
   EXPECT_THAT(answered, UnorderedElementsAreArray(held));  // no answer carries an address the map lacks
@@ -543,6 +562,57 @@ TEST_F(DnsProxyPriv, KeepRulesDropsOnlyAddressesOfRemovedRules) {
   EXPECT_TRUE(*t.Get(8, by_wild));
   EXPECT_TRUE(*t.Get(9, only_gone));
   close(use);
+  close(fd);
+}
+
+// Narrowing `*.n.example` to `a.n.example`: an address answered for
+// a.n.example (its keyed question id) stays, re-labelled with the exact
+// rule and its expiry kept; one answered for b.n.example goes; so does one
+// whose question name was chosen so that its *unkeyed* id (FNV-1a, which a
+// sandbox can compute) equals a.n.example's: the attack an unkeyed id would
+// let through; and an entry with no question id (written before it was
+// kept) goes.  Another sandbox's entries are untouched.
+TEST_F(DnsProxyPriv, KeepRulesKeepsAnAddressAnsweredForAnExactNameTheNewPolicyAllows) {
+  int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "egr_resolved_q", sizeof(egr_resolved_key), sizeof(egr_resolved_val),
+                          16, nullptr);
+  ASSERT_GE(fd, 0);
+  maps::ResolvedTable t(fd);
+  auto key = QnameKey::FromBytes(kTestQnameKey);
+  ASSERT_TRUE(key.ok()) << key.status();
+  const QnameKey& k = **key;
+  // The attacker's name: its FNV-1a equals a.n.example's (found offline by
+  // meet-in-the-middle over the label; the suffix is hashed the same way
+  // after equal states, so the whole names collide).
+  const std::string collider = std::string(kFnvCollidingLabel) + ".n.example";
+  ASSERT_EQ(NameId(collider), NameId("a.n.example")) << "the attack's premise: equal unkeyed ids";
+  ASSERT_NE(k.Id(collider), k.Id("a.n.example"));
+  const uint32_t wild = NameId("*.n.example");
+  const net::IpAddr a = Ip("192.0.2.31"), b = Ip("192.0.2.32"), forged = Ip("192.0.2.33"), unknown = Ip("192.0.2.34");
+  ASSERT_TRUE(t.LearnAnswer(8, a, 7000, wild, k.Id("a.n.example")).ok());
+  ASSERT_TRUE(t.LearnAnswer(8, b, 7000, wild, k.Id("b.n.example")).ok());
+  ASSERT_TRUE(t.LearnAnswer(8, forged, 7000, wild, k.Id(collider)).ok());
+  ASSERT_TRUE(t.Learn(8, unknown, 7000, wild).ok());
+  ASSERT_TRUE(t.LearnAnswer(9, b, 7000, wild, k.Id("b.n.example")).ok());  // another sandbox
+  policy::CompiledPolicy p;
+  p.names = {"a.n.example"};
+  auto dropped = t.KeepRules(8, RuleIds(p), ExactQuestionIds(p, k));
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_EQ(*dropped, 3u);
+  auto kept = t.Get(8, a);
+  ASSERT_TRUE(kept.ok() && *kept) << "answered for a.n.example, which the new policy allows";
+  EXPECT_EQ((*kept)->expires_boot_ns, 7000u) << "its expiry kept";
+  EXPECT_EQ((*kept)->name_ids[0], NameId("a.n.example")) << "re-labelled with the rule that allows it now";
+  EXPECT_EQ((*kept)->name_ids[1], 0u);
+  EXPECT_EQ((*kept)->qname_id, k.Id("a.n.example"));
+  EXPECT_FALSE(*t.Get(8, b)) << "answered for b.n.example, no longer allowed";
+  EXPECT_FALSE(*t.Get(8, forged)) << "a name colliding with a.n.example's unkeyed id keeps nothing";
+  EXPECT_FALSE(*t.Get(8, unknown)) << "no question id: nothing to keep it by";
+  EXPECT_TRUE(*t.Get(9, b));
+  // Again with the same policy: the re-labelled entry is kept by its rule.
+  auto again = t.KeepRules(8, RuleIds(p));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0u);
+  EXPECT_TRUE(*t.Get(8, a));
   close(fd);
 }
 

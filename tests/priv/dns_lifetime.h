@@ -86,12 +86,15 @@ class DnsLifetime : public ::testing::Test {
   // (Re)starts the upstream answering every name above with `ttl`
   // (dnsmasq's --host-record TTL field): a restart is how a test changes the
   // TTL a name is answered with.
-  void Upstream(uint32_t ttl) {
+  // `more`: further (name, address) records, answered the same way.
+  void Upstream(uint32_t ttl, std::vector<std::pair<const char*, const char*>> more = {}) {
     upstream_.reset();  // stopped and reaped: its port is free again
     std::vector<std::string> args;
-    for (auto [name, addr] : {std::pair{kName, lab::kPublicA4}, std::pair{kOtherName, lab::kPublicB4},
-                              std::pair{kAddedName, lab::kPublicD4}, std::pair{kWildA, lab::kPublicC4},
-                              std::pair{kWildB, lab::kPublicF4}}) {
+    std::vector<std::pair<const char*, const char*>> records = {
+        {kName, lab::kPublicA4}, {kOtherName, lab::kPublicB4}, {kAddedName, lab::kPublicD4},
+        {kWildA, lab::kPublicC4}, {kWildB, lab::kPublicF4}};
+    records.insert(records.end(), more.begin(), more.end());
+    for (auto [name, addr] : records) {
       args.push_back(absl::StrCat("--host-record=", name, ",", addr, ",", ttl));
     }
     auto u = lab::DnsServer::Start(

@@ -5,10 +5,10 @@
 //  * adding a name leaves a running flow and its learned address alone, and
 //    the added name, refused locally before (never asked upstream), resolves
 //    and connects at once;
-//  * narrowing a wildcard to one of its names: as documented ("Limits of the
-//    provenance"), every address the wildcard taught goes, the kept name's
-//    too, and the flows to them are cut; the removed name is refused
-//    locally, and the kept one re-learns at its next query.
+//  * narrowing a wildcard to one of its names keeps what that name was
+//    answered with (the entries' keyed question-name ids) and its flow,
+//    while the other names' addresses go at once and their flows are cut; a
+//    name forged to share the kept name's unkeyed id keeps nothing.
 // The flows are egressd-probe hold rounds to RoundEcho, which counts their
 // lines at the lab host.
 #include <chrono>
@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "dns_lifetime.h"
 #include "round_echo.h"
+#include "userspace/dns/scope.h"
 
 namespace egressd::test {
 namespace {
@@ -115,19 +116,25 @@ TEST_F(DnsLifetime, AddingANameLeavesRunningFlowsAloneAndTheNewNameResolvesAtOnc
 }
 
 // Narrowing `*.example.test` to `a.example.test` while flows to a's and b's
-// addresses (both learned through the wildcard) run. Learned entries carry
-// the rule that taught them, not the name asked (docs/dns.md "Limits of the
-// provenance"; ResolvedTable::KeepRules keeps an entry only if one of its
-// rules is in the new policy): the flip drops both addresses, a's too. So,
-// as documented: b's name is NXDOMAIN at once (never asked upstream again),
-// b's address is refused for new connects at once and b's running flow is
-// cut at its next packet (the backstop finds no entry; "a socket connected
-// to a dropped address is cut"); a's address leaves the map as well
-// (`egressctl status` lists neither after the flip), a new connect to it is
-// refused and a's flow is cut too, until a's next query re-learns the
-// address under the exact rule, after which it connects again.
-TEST_F(DnsLifetime, NarrowingAWildcardToOneNameDropsWhatTheWildcardTaughtAndCutsItsFlows) {
-  Upstream(600);
+// addresses (both learned through the wildcard) run. Each learned entry
+// carries a keyed id of the question name its answer was for
+// (userspace/dns/qname_key.h; docs/dns.md "Policy changes"), so the flip
+// keeps what a.example.test was answered with: a's address stays in the map,
+// re-labelled with the exact rule, its expiry unchanged; a's flow runs on
+// and a new connect to it succeeds without a's name being asked again. b's
+// name is NXDOMAIN at once (never asked upstream again), b's address is
+// refused for new connects at once and b's running flow is cut at its next
+// packet (the backstop finds no entry). The attack: a third name whose
+// *unkeyed* id (FNV-1a, which the sandbox can compute) equals
+// a.example.test's, learned through the wildcard before the flip, keeps
+// nothing: its address is refused after the flip and nothing of that
+// connect arrives (the same connect arrived before the flip: the control).
+TEST_F(DnsLifetime, NarrowingAWildcardToOneNameKeepsThatNamesAddressesAndCutsTheRest) {
+  // "l070acuq" has the FNV-1a of "a" (a meet-in-the-middle search over its
+  // two halves), so the whole names' NameIds are equal.
+  constexpr const char* kCollider = "l070acuq.example.test";  // -> 192.0.2.11
+  ASSERT_EQ(dns::NameId(kCollider), dns::NameId(kWildA)) << "the attack's premise";
+  Upstream(600, {{kCollider, lab::kPublicB4}});
   const std::string cfg = Config("");
   RoundEcho echo(lab().world_netns(), kEchoPort);
   ASSERT_TRUE(echo.ready()) << "a TCP echo on port " << kEchoPort << " in the lab's world";
@@ -136,11 +143,17 @@ TEST_F(DnsLifetime, NarrowingAWildcardToOneNameDropsWhatTheWildcardTaughtAndCuts
   Serve(cfg);
   ASSERT_EQ(Resolve(s, kWildA), lab::kPublicC4);
   ASSERT_EQ(Resolve(s, kWildB), lab::kPublicF4);
+  ASSERT_EQ(Resolve(s, kCollider), lab::kPublicB4);
   const auto status_before = StatusEntries(s);
-  for (const char* addr : {lab::kPublicC4, lab::kPublicF4}) {
+  for (const char* addr : {lab::kPublicC4, lab::kPublicF4, lab::kPublicB4}) {
     ASSERT_EQ(status_before.count(addr), 1u) << addr;
     EXPECT_EQ(status_before.at(addr)["rules"], nlohmann::json::array({kWildcard})) << addr;
   }
+  auto a_before = Entry(s, lab::kPublicC4);
+  ASSERT_TRUE(a_before.has_value());
+  // The control: the collider's address connects while the wildcard allows it.
+  ASSERT_TRUE(Ok(Connect(s, lab::kPublicB4)));
+  ASSERT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(lab::kPublicB4, 80) == 1; })) << lab().CountersSummary();
 
   const auto interval = Scaled(200ms);
   constexpr int kRounds = 20;
@@ -161,44 +174,40 @@ TEST_F(DnsLifetime, NarrowingAWildcardToOneNameDropsWhatTheWildcardTaughtAndCuts
   EXPECT_FALSE(Entry(s, lab::kPublicF4).has_value());
   RunResult b_denied = Dig(s, kWildB, /*short_form=*/false);
   EXPECT_NE(b_denied.out.find("status: NXDOMAIN"), std::string::npos) << b_denied.Describe();
-  // a: the wildcard taught it, so it went too (the documented limit).
-  EXPECT_FALSE(Entry(s, lab::kPublicC4).has_value()) << "learned through the removed wildcard";
-  EXPECT_EQ(Errno(Connect(s, lab::kPublicC4)), "EPERM") << "a's address, not asked again since the change";
+  // a: answered for a name the new policy allows, so kept, with its expiry.
+  auto a_after = Entry(s, lab::kPublicC4);
+  ASSERT_TRUE(a_after.has_value()) << "answered for " << kWildA << ", which the new policy allows";
+  EXPECT_EQ(a_after->expires_boot_ns, a_before->expires_boot_ns) << "its expiry unchanged";
+  EXPECT_TRUE(Ok(Connect(s, lab::kPublicC4))) << "a's address, not asked again since the change";
+  // The collider: its unkeyed id is a's, its keyed one is not.
+  EXPECT_FALSE(Entry(s, lab::kPublicB4).has_value()) << kCollider << " keeps nothing through the narrowing";
+  EXPECT_EQ(Errno(Connect(s, lab::kPublicB4)), "EPERM") << kCollider << "'s address after the change";
   const auto status_after = StatusEntries(s);
-  EXPECT_EQ(status_after.count(lab::kPublicC4), 0u);
+  ASSERT_EQ(status_after.count(lab::kPublicC4), 1u);
+  EXPECT_EQ(status_after.at(lab::kPublicC4)["rules"], nlohmann::json::array({kWildA})) << "re-labelled";
   EXPECT_EQ(status_after.count(lab::kPublicF4), 0u);
+  EXPECT_EQ(status_after.count(lab::kPublicB4), 0u);
 
-  // Both flows are cut: no round begun after the change is echoed, and the
-  // lab host received exactly the echoed rounds. Both end (their rounds time
-  // out) before a is asked again: a re-learned entry would pass a's old
-  // socket again.
   for (auto [bg, rounds] : {std::pair{&a_flow, &a_rounds}, std::pair{&b_flow, &b_rounds}}) {
     RunResult rest = bg->Wait(Scaled(500ms) * kRounds + interval * kRounds + Scaled(60s));
     for (auto& l : lab::ParseProbeLines(rest.out)) rounds->push_back(l);
     ASSERT_EQ(rounds->size(), size_t(kRounds) + 1) << rest.Describe();
   }
   const RoundCount a = CountRounds(a_rounds, flipped_ms), b = CountRounds(b_rounds, flipped_ms);
-  EXPECT_GE(a.after, 5) << "a's flow tried well past the change";
+  EXPECT_EQ(a.ok, kRounds) << "every round of a's flow was echoed, across the change";
+  EXPECT_GE(a.after, 5) << "a's flow ran well past the change";
   EXPECT_GE(b.after, 5) << "b's flow tried well past the change";
-  EXPECT_EQ(a.after_ok, 0) << "a's flow is cut (its entry went with the wildcard)";
   EXPECT_EQ(b.after_ok, 0) << "b's flow is cut at its next packet";
-  EXPECT_EQ(echo.Lines(lab::kPublicC4), uint64_t(a.ok)) << "a's rounds at the lab host";
+  EXPECT_TRUE(Lab::WaitFor([&] { return echo.Lines(lab::kPublicC4) == uint64_t(kRounds); }))
+      << "a's rounds at the lab host: " << echo.Lines(lab::kPublicC4);
   EXPECT_EQ(echo.Lines(lab::kPublicF4), uint64_t(b.ok)) << "b's rounds at the lab host";
+  EXPECT_EQ(upstream_->QueriesFor(kWildA), 1u) << "a was never asked again: " << upstream_->Log();
   EXPECT_EQ(upstream_->QueriesFor(kWildB), 1u) << "b's NXDOMAIN never reached the upstream: " << upstream_->Log();
-
-  // a's next query re-learns it under the exact rule; then it connects, and
-  // that connect is the only one at the lab host's port 80.
-  ASSERT_EQ(Resolve(s, kWildA), lab::kPublicC4);
-  EXPECT_EQ(upstream_->QueriesFor(kWildA), 2u) << upstream_->Log();
-  EXPECT_TRUE(Ok(Connect(s, lab::kPublicC4))) << "a, asked again";
-  const auto relearned = StatusEntries(s);
-  ASSERT_EQ(relearned.count(lab::kPublicC4), 1u);
-  EXPECT_EQ(relearned.at(lab::kPublicC4)["rules"], nlohmann::json::array({kWildA}));
-  EXPECT_EQ(relearned.count(lab::kPublicF4), 0u);
-  EXPECT_EQ(Errno(Connect(s, lab::kPublicF4)), "EPERM") << "b stays refused";
   EXPECT_TRUE(Lab::WaitFor([&] { return lab().TcpAccepts(lab::kPublicC4, 80) == 1; })) << lab().CountersSummary();
   EXPECT_EQ(lab().TcpAccepts(lab::kPublicF4, 80), 0u) << lab().CountersSummary();
-  EXPECT_EQ(echo.Accepts(lab::kPublicC4), 1u);
+  EXPECT_EQ(lab().TcpAccepts(lab::kPublicB4, 80), 1u) << "only the control, before the change: "
+                                                      << lab().CountersSummary();
+  EXPECT_EQ(echo.Accepts(lab::kPublicC4), 1u) << "a's one flow, never reconnected";
   EXPECT_EQ(echo.Accepts(lab::kPublicF4), 1u);
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "userspace/dns/learned_book.h"
 #include "userspace/dns/message.h"
+#include "userspace/dns/qname_key.h"
 #include "userspace/dns/query_flow.h"
 #include "userspace/dns/scope.h"
 #include "userspace/dns/self_test.h"
@@ -33,6 +34,12 @@ class NoFlows : public LearnedAddressSink {
   absl::StatusOr<bool> InUse(uint64_t, const net::IpAddr&) const override { return false; }
   std::set<std::string> forgotten;
 };
+
+std::shared_ptr<const QnameKey> Key() {
+  auto k = QnameKey::FromBytes(QnameKey::Bytes{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
+  EXPECT_TRUE(k.ok()) << k.status();
+  return k.ok() ? *k : nullptr;
+}
 
 NameScope Scope() {
   policy::CompiledPolicy p;
@@ -100,14 +107,15 @@ TEST(SeedBook, AScopeUpdateKeepsAWildcardsSeededAddressesWhileTheRuleStays) {
 // its next answer, and its cap holds as before the restart; the quota too.
 TEST(SeedBook, AWildcardNamesCapHoldsAcrossARestart) {
   const NameScope scope = Scope();
+  const auto key = Key();
   std::vector<LearnedSeed> seeds;
   // a.cdn.example held its cap of 3 through *.cdn.example; b.cdn.example one.
   for (int i = 1; i <= 3; ++i) {
     seeds.push_back({Ip(absl::StrCat("198.51.100.", i)), kNow + i * kSecond, {NameId("*.cdn.example")},
-                     NameId("a.cdn.example")});
+                     key->Id("a.cdn.example")});
   }
-  seeds.push_back({Ip("198.51.100.9"), kNow + kSecond, {NameId("*.cdn.example")}, NameId("b.cdn.example")});
-  LearnedBook book(Bounds{6, 3});
+  seeds.push_back({Ip("198.51.100.9"), kNow + kSecond, {NameId("*.cdn.example")}, key->Id("b.cdn.example")});
+  LearnedBook book(Bounds{6, 3}, key);
   ASSERT_EQ(SeedBook(book, scope, seeds, kNow), 4u);
   NoFlows sink;
   // Two new addresses for a.cdn.example: each evicts one of its own oldest
@@ -134,11 +142,35 @@ TEST(SeedBook, AWildcardNamesCapHoldsAcrossARestart) {
   EXPECT_STREQ(adm.refused[0].why, kRefusedSandboxQuota);
 }
 
+// The seeds' question ids are keyed (qname_key.h): a book with another key
+// (or none) adopts nothing, so a name's cap starts from zero while the
+// seeded addresses still count for the quota under their rule.
+TEST(SeedBook, SeedsOfAnotherKeyAreNotAdoptedButStillCountForTheQuota) {
+  const auto key = Key();
+  auto other = QnameKey::FromBytes(QnameKey::Bytes{9});
+  ASSERT_TRUE(other.ok());
+  for (const std::shared_ptr<const QnameKey>& k : {*other, std::shared_ptr<const QnameKey>()}) {
+    std::vector<LearnedSeed> seeds;
+    for (int i = 1; i <= 3; ++i) {
+      seeds.push_back({Ip(absl::StrCat("198.51.100.", i)), kNow + i * kSecond, {NameId("*.cdn.example")},
+                       key->Id("a.cdn.example")});
+    }
+    LearnedBook book(Bounds{6, 3}, k);
+    ASSERT_EQ(SeedBook(book, Scope(), seeds, kNow), 3u);
+    NoFlows sink;
+    LearnedBook::Admission adm = book.Admit(7, "a.cdn.example", Ips("203.0.113.", 1, 2), kNow, sink);
+    EXPECT_EQ(adm.admitted.size(), 2u);
+    EXPECT_TRUE(adm.evicted.empty()) << "nothing adopted: the seeded three are not a.cdn.example's";
+    EXPECT_EQ(book.addresses(), 3u) << "the seeded addresses still count for the quota";
+  }
+}
+
 // A scope update while a seeded wildcard name has not answered yet: kept
 // while its rule stays, dropped with it.
 TEST(SeedBook, ASeededWildcardNameFollowsItsRule) {
-  LearnedBook book(Bounds{10, 10});
-  SeedBook(book, Scope(), {{Ip("198.51.100.1"), kNow + kSecond, {NameId("*.cdn.example")}, NameId("a.cdn.example")}},
+  const auto key = Key();
+  LearnedBook book(Bounds{10, 10}, key);
+  SeedBook(book, Scope(), {{Ip("198.51.100.1"), kNow + kSecond, {NameId("*.cdn.example")}, key->Id("a.cdn.example")}},
            kNow);
   book.RetainNames([](const std::string& n) { return n == "*.cdn.example"; });
   EXPECT_EQ(book.addresses(), 1u) << "its rule stays";

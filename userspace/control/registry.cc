@@ -371,8 +371,21 @@ absl::Status Registry::Register(const SandboxSpec& requested, const policy::Comp
     // connected to one is cut: the backstop finds no entry); those of names
     // it still allows stay with their expiries (docs/dns.md "Policy changes").
     const std::vector<uint32_t> rules = dns::RuleIds(p);
+    // An address answered for an exact name the new policy allows stays,
+    // whichever rule taught it (narrowing a wildcard to one of its names):
+    // known by the entry's keyed question-name id (dns/qname_key.h).  No
+    // key to be had: nothing is kept by name (the drop fails closed).
+    std::map<uint32_t, uint32_t> by_question;
+    if (flip && !p.names.empty()) {
+      auto key = dns::QnameKey::LoadOrCreate(dns::QnameKey::PathIn(paths_.runtime_dir));
+      if (key.ok()) {
+        by_question = dns::ExactQuestionIds(p, **key);
+      } else {
+        spdlog::warn("cgroup {}: learned addresses are kept by their rules only: {}", cg, key.status().ToString());
+      }
+    }
     if (flip) {
-      auto dropped = env.resolved.KeepRules(cg, rules);
+      auto dropped = env.resolved.KeepRules(cg, rules, by_question);
       if (!dropped.ok()) {
         (void)env.store.Release(id, p);
         RestoreRecord(env.records, cg, old_record);
@@ -395,7 +408,7 @@ absl::Status Registry::Register(const SandboxSpec& requested, const policy::Comp
     }
     // An answer the proxy finished under the old names while the flip
     // landed: gone too, before the apply returns.
-    if (flip) EGR_RETURN_IF_ERROR(env.resolved.KeepRules(cg, rules).status());
+    if (flip) EGR_RETURN_IF_ERROR(env.resolved.KeepRules(cg, rules, by_question).status());
 
     // 4. The old policy, no longer pointed at by this sandbox.
     if (flip) {

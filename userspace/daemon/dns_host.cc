@@ -52,6 +52,10 @@ absl::StatusOr<std::unique_ptr<DnsHost>> DnsHost::Create(asio::io_context& io, c
   h->proxy_options_.observer = h->dns_audit_.get();
   h->proxy_options_.lifetime = options.lifetime;
   h->proxy_options_.bounds = options.bounds;
+  // Learned entries carry a keyed id of their question name, which policy
+  // changes trust (dns/qname_key.h); every process of the instance shares it.
+  EGR_ASSIGN_OR_RETURN(h->proxy_options_.qname_key,
+                       dns::QnameKey::LoadOrCreate(dns::QnameKey::PathIn(paths.runtime_dir)));
   h->proxy_ = std::make_unique<dns::DnsProxy>(io, *h->upstream_, *h->table_, h->proxy_options_);
   // Expired learned addresses go, on this loop: a sweep never interleaves
   // with the proxy's writes (maps/resolved_collector.h).

@@ -67,7 +67,8 @@ void LearnedBook::SeedName(uint32_t qname_id, const std::string& rule, const net
 }
 
 void LearnedBook::Adopt(const std::string& name) {
-  auto s = seeded_.find(NameId(name));
+  const uint32_t id = QnameId(name);
+  auto s = id == 0 ? seeded_.end() : seeded_.find(id);
   if (s == seeded_.end()) return;
   const std::string key = std::move(s->second);
   seeded_.erase(s);

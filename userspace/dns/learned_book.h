@@ -24,12 +24,15 @@
 #include <functional>
 #include <list>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "userspace/dns/learner.h"
+#include "userspace/dns/qname_key.h"
 #include "userspace/dns/scope.h"
 #include "userspace/net/ip.h"
 #include "userspace/policy/deployment_config.h"
@@ -49,7 +52,15 @@ inline constexpr char kRefusedSandboxQuota[] = "sandbox-quota";
 
 class LearnedBook {
  public:
-  explicit LearnedBook(Bounds bounds = {}) : bounds_(bounds) {}
+  // `qname_key`: the node's key for question-name ids (qname_key.h); null:
+  // ids are 0 ("not known"), so nothing seeded is adopted and no policy
+  // change keeps an address by its question name (both fail closed).
+  explicit LearnedBook(Bounds bounds = {}, std::shared_ptr<const QnameKey> qname_key = nullptr)
+      : bounds_(bounds), qname_key_(std::move(qname_key)) {}
+
+  // The id the map keeps of question name `name` (egr_resolved_val's
+  // qname_id): keyed, so no sandbox can choose a name for its id.
+  uint32_t QnameId(std::string_view name) const { return qname_key_ ? qname_key_->Id(name) : 0; }
 
   struct Refusal {
     net::IpAddr addr;
@@ -73,7 +84,7 @@ class LearnedBook {
   // name's most recently answered address.
   void Commit(const std::string& name, const net::IpAddr& addr, uint64_t expires_boot_ns);
 
-  // Books `addr`, seeded from the map, under the question name whose NameId
+  // Books `addr`, seeded from the map, under the question name whose QnameId
   // is `qname_id` (the map keeps the name's id, not its text) and that `rule`
   // allowed: held under a key of its own ("<rule>#<id>") until that name's
   // next Admit adopts it, so the name's cap counts what it held before a
@@ -110,7 +121,8 @@ class LearnedBook {
   void Adopt(const std::string& name);
 
   Bounds bounds_;
-  // Seeded names not yet adopted: NameId -> key, and key -> (rule, NameId).
+  std::shared_ptr<const QnameKey> qname_key_;
+  // Seeded names not yet adopted: QnameId -> key, and key -> (rule, QnameId).
   std::map<uint32_t, std::string> seeded_;
   std::map<std::string, std::pair<std::string, uint32_t>> seeded_keys_;
   std::map<std::string, Name> names_;
@@ -124,7 +136,7 @@ struct LearnedSeed {
   net::IpAddr addr;
   uint64_t expires_boot_ns = 0;
   std::vector<uint32_t> rule_ids;  // NameId() of the rules that allowed it, most recent first
-  // NameId() of the question name whose answer last wrote it (the entry's
+  // QnameId() of the question name whose answer last wrote it (the entry's
   // qname_id; 0: not known, an entry written before it was kept).
   uint32_t qname_id = 0;
 };

@@ -23,7 +23,7 @@ class LearnedAddressSink {
   virtual absl::Status Learn(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns,
                              uint32_t name_id) = 0;
   // The same, noting also the question name whose answer carried it
-  // (NameId() of the name; `rule_id` is the rule's): a proxy restarted books
+  // (its keyed QnameId, qname_key.h; `rule_id` is the rule's): a proxy restarted books
   // the address under that name (learned_book.h SeedBook).  By default the
   // name is not kept.
   virtual absl::Status LearnAnswer(uint64_t sandbox, const net::IpAddr& addr, uint64_t expires_boot_ns,

@@ -527,7 +527,7 @@ absl::StatusOr<Endpoint> DnsProxy::ServeSelfTest(const net::IpAddr& addr) {
   self_test_shared_ = std::make_shared<Shared>(Shared{shared_->upstream, shared_->sink, opts, &self_test_counters_});
   auto sb = std::make_shared<Sandbox>();
   sb->live = std::make_shared<Live>();
-  sb->live->book = std::make_shared<LearnedBook>(opts.bounds);
+  sb->live->book = std::make_shared<LearnedBook>(opts.bounds, opts.qname_key);
   sb->live->scope = std::make_shared<const SandboxScope>(SandboxScope{});  // sandbox 0, no name
   auto u = std::make_shared<UdpServer>(io_, self_test_shared_, sb->live);
   sb->udp.push_back(u);
@@ -578,7 +578,7 @@ absl::Status DnsProxy::Serve(SandboxScope scope, const Endpoint& ep) {
   sb->ep = ep;
   sb->live = std::make_shared<Live>();
   if (!book) {
-    book = std::make_shared<LearnedBook>(shared_->opts.bounds);
+    book = std::make_shared<LearnedBook>(shared_->opts.bounds, shared_->opts.qname_key);
     // First served since the proxy started: the book starts from what the
     // kernel still holds for the sandbox (learned before a restart).
     if (auto seeds = seeds_.find(id); seeds != seeds_.end()) {

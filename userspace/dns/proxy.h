@@ -20,6 +20,7 @@
 #include "userspace/common/unique_fd.h"
 #include "userspace/dns/events.h"
 #include "userspace/dns/learned_book.h"
+#include "userspace/dns/qname_key.h"
 #include "userspace/dns/learner.h"
 #include "userspace/dns/query_flow.h"
 #include "userspace/dns/upstream.h"
@@ -46,6 +47,10 @@ struct ProxyOptions {
   // default.
   int udp_receive_buffer = kDefaultUdpReceiveBuffer;
   static constexpr int kDefaultUdpReceiveBuffer = 1 << 20;
+  // The node's key for question-name ids (qname_key.h; QnameKey::PathIn
+  // the instance's runtime directory).  Null: learned entries carry no
+  // question-name id (narrowing keeps nothing by name, restarts adopt nothing).
+  std::shared_ptr<const QnameKey> qname_key;
   // Told of every message once answered (the audit trail); must outlive the
   // proxy.  Null: nobody.
   QueryObserver* observer = nullptr;

@@ -188,7 +188,9 @@ Bytes Finish(const SandboxScope& sandbox, const Decision& fwd, const absl::Statu
                    sandbox.sandbox_id, q.qname, adm.refused.size(), addrs.size(), bound_text);
     }
   }
-  const uint32_t qname_id = NameId(q.qname);
+  // Keyed (qname_key.h): the map's question-name id is trusted by policy
+  // changes, and the question is the sandbox's choice.  No book: not known.
+  const uint32_t qname_id = book ? book->QnameId(q.qname) : 0;
   for (const Candidate& c : a->learn) {
     if (failed.count(c.addr)) continue;
     const uint64_t expires = lifetime.ExpiryNs(now_boot_ns, c.ttl);

@@ -22,6 +22,14 @@ std::vector<uint32_t> RuleIds(const policy::CompiledPolicy& p) {
   return ids;
 }
 
+std::map<uint32_t, uint32_t> ExactQuestionIds(const policy::CompiledPolicy& p, const QnameKey& key) {
+  std::map<uint32_t, uint32_t> ids;
+  for (const auto& r : p.names) {
+    if (const uint32_t q = key.Id(r.name); q != 0) ids.emplace(q, NameId(r.name));
+  }
+  return ids;
+}
+
 NameScope::NameScope(const policy::CompiledPolicy& policy) {
   policy_.names = policy.names;
   policy_.wildcard_suffixes = policy.wildcard_suffixes;

@@ -6,11 +6,13 @@
 #define EGRESSD_USERSPACE_DNS_SCOPE_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "userspace/dns/qname_key.h"
 #include "userspace/policy/compiled_policy.h"
 
 namespace egressd::dns {
@@ -25,6 +27,11 @@ uint32_t NameId(std::string_view rule);
 // NameId() of every rule of `p` a learned address can carry: its names, and
 // "*." + each wildcard suffix (what NameScope::Match stores).
 std::vector<uint32_t> RuleIds(const policy::CompiledPolicy& p);
+// For a policy change (maps' ResolvedTable::KeepRules): the keyed id of
+// each exact name of `p` as a question (QnameKey::Id) -> that name's rule
+// id (NameId).  An address answered for one of these names stays learned
+// whatever rule allowed it then.
+std::map<uint32_t, uint32_t> ExactQuestionIds(const policy::CompiledPolicy& p, const QnameKey& key);
 
 class NameScope {
  public:
