@@ -333,7 +333,9 @@ def main():
     run_med = st["egressctl_run"]["median"]
     out.append(f"Start-up, median of {len(st['egressctl_run']['samples'])}: `egressctl run -- true` "
                f"{secs(st['egressctl_run'])}, `unshare --fork --pid --mount true` {secs(st['unshare'])} "
-               f"(goal <= 10 ms: {'met' if run_med <= 0.010 else 'MISSED'}; CPU profile in the notes).")
+               f"(goal <= 10 ms: {'met' if run_med <= 0.010 else 'MISSED'}; CPU profile in the notes)"
+               + (f", on the node the sandbox axis left: {st['node']['registered_sandboxes']:,} sandboxes registered, "
+                  f"{st['node']['pending_audit_files']:,} unread audit spool files" if "node" in st else "") + ".")
     out.append("")
     http_row(out, r)
     out.append("Audit events/s: `audit_bench`'s table (`<date>-audit.md`).")

@@ -11,6 +11,7 @@
 #include "maps/dns_endpoints.h"
 #include "maps/pinned_maps.h"
 #include "maps/resolved_table.h"
+#include "userspace/control/dns_port_ledger.h"
 #include "userspace/dns/scope.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/fault.h"
@@ -25,13 +26,20 @@ struct Env {
   const SandboxRecords& records;
   maps::DnsEndpoints& dns;
   maps::ResolvedTable& resolved;
+  // Without an index: the stored DNS port ledger while it is current (or
+  // once rebuilt), kept up to date by a call that succeeds; nullopt when
+  // stale and not needed by this call.
+  std::optional<DnsPortLedger>& ledger;
 };
 
 // The endpoint sandbox `cg` is given: its addresses from the spec, and the
-// port it had (registered again) or the lowest one no other record holds.
+// port it had (registered again) or the lowest one no other record holds:
+// from the caller's index, else from the DNS port ledger (rebuilt from every
+// record only when stale), so a one-shot register reads no other record.
 absl::StatusOr<std::optional<maps::DnsEndpoint>> EndpointFor(const SandboxSpec& spec, const SandboxRecords& records,
                                                              const std::optional<SandboxRecord>& old,
-                                                             const RegistryIndex* index) {
+                                                             const RegistryIndex* index,
+                                                             std::optional<DnsPortLedger>& ledger) {
   if (!spec.dns_addr4 && !spec.dns_addr6) return std::optional<maps::DnsEndpoint>();
   maps::DnsEndpoint ep{.addr4 = spec.dns_addr4, .addr6 = spec.dns_addr6};
   EGR_RETURN_IF_ERROR(CheckDnsEndpoint(maps::DnsEndpoint{ep.addr4, ep.addr6, kDnsPortFirst}));
@@ -47,16 +55,12 @@ absl::StatusOr<std::optional<maps::DnsEndpoint>> EndpointFor(const SandboxSpec& 
     return absl::ResourceExhaustedError(absl::StrCat("every DNS endpoint port (", kDnsPortFirst, "-", kDnsPortLast,
                                                      ") of this node is taken"));
   }
-  std::vector<uint64_t> corrupt;  // a record that does not parse holds no port
-  EGR_ASSIGN_OR_RETURN(auto all, records.List(&corrupt));
-  std::vector<bool> used(kDnsPortLast - kDnsPortFirst + 1);
-  for (const auto& r : all) {
-    if (r.cgroup_id == spec.cgroup_id || !r.dns) continue;
-    if (r.dns->port >= kDnsPortFirst && r.dns->port <= kDnsPortLast) used[r.dns->port - kDnsPortFirst] = true;
+  if (!ledger) {
+    EGR_ASSIGN_OR_RETURN(DnsPortLedger built, DnsPortLedger::Rebuild(records));
+    ledger = std::move(built);
   }
-  for (size_t i = 0; i < used.size(); ++i) {
-    if (used[i]) continue;
-    ep.port = static_cast<uint16_t>(kDnsPortFirst + i);
+  if (auto port = ledger->LowestFree()) {
+    ep.port = *port;
     return std::optional(ep);
   }
   return absl::ResourceExhaustedError(absl::StrCat("every DNS endpoint port (", kDnsPortFirst, "-", kDnsPortLast,
@@ -269,7 +273,16 @@ absl::Status Registry::Locked(Fn fn) {
       return s;
     }
   }
-  absl::Status s = fn(Env{store, table, records, dns, resolved});
+  // The daemon's index knows the ports; a one-shot caller keeps the ledger
+  // (a failed call leaves it stale: the records may have moved half-way).
+  std::optional<DnsPortLedger> ledger;
+  if (!index_) ledger = DnsPortLedger::LoadIfCurrent(records);
+  absl::Status s = fn(Env{store, table, records, dns, resolved, ledger});
+  if (s.ok() && ledger) {
+    if (absl::Status saved = ledger->Save(records); !saved.ok()) {
+      spdlog::warn("dns port ledger not saved (the next register rebuilds it): {}", saved.ToString());
+    }
+  }
   if (index_) {
     // A failed call may have left a record half-way (restored or not):
     // the next call reads them all again.
@@ -317,7 +330,7 @@ absl::Status Registry::Register(const SandboxSpec& requested, const policy::Comp
     const std::string step = flip ? "flip" : "register";
 
     EGR_ASSIGN_OR_RETURN(const std::optional<maps::DnsEndpoint> endpoint,
-                         EndpointFor(sandbox, env.records, old_record, index_));
+                         EndpointFor(sandbox, env.records, old_record, index_, env.ledger));
     const uint64_t hash = p.ContentHash();
     EGR_ASSIGN_OR_RETURN(maps::PolicyId id,
                          index_ ? FindEqualPolicy(*index_, env.table, env.records, p, hash, cg)
@@ -424,6 +437,10 @@ absl::Status Registry::Register(const SandboxSpec& requested, const policy::Comp
       settled.previous.reset();
       index_->Put(settled);
     }
+    if (env.ledger) {
+      if (old_record && old_record->dns) env.ledger->Release(old_record->dns->port);
+      if (endpoint) env.ledger->Claim(endpoint->port);
+    }
     spdlog::debug("cgroup {} now judged by policy {:#x}{}", cg, id, shared ? " (shared)" : "");
     return absl::OkStatus();
   });
@@ -448,7 +465,9 @@ absl::Status Registry::Unregister(uint64_t cgroup_id) {
     // expiry).
     EGR_RETURN_IF_ERROR(env.resolved.RemoveSandbox(cgroup_id));
     if (index_) index_->Erase(cgroup_id);
-    return env.records.Remove(cgroup_id);
+    EGR_RETURN_IF_ERROR(env.records.Remove(cgroup_id));
+    if (env.ledger && record && record->dns) env.ledger->Release(record->dns->port);
+    return absl::OkStatus();
   });
 }
 
@@ -463,7 +482,9 @@ absl::Status Registry::Contain(uint64_t cgroup_id) {
     // A contained root is no sandbox: it has no record and no endpoint.
     EGR_RETURN_IF_ERROR(env.dns.Remove(cgroup_id));
     if (index_) index_->Erase(cgroup_id);
-    return env.records.Remove(cgroup_id);
+    EGR_RETURN_IF_ERROR(env.records.Remove(cgroup_id));
+    if (env.ledger && record && record->dns) env.ledger->Release(record->dns->port);
+    return absl::OkStatus();
   });
 }
 
@@ -475,7 +496,16 @@ absl::Status Registry::SetPidNamespace(uint64_t cgroup_id, uint64_t dev, uint64_
   if (!record) return absl::NotFoundError(absl::StrCat("sandbox ", cgroup_id, " has no record"));
   record->pidns_dev = dev;
   record->pidns_inode = inode;
-  return records.Write(*record);
+  // The ports are unchanged: a ledger current before the write is current
+  // after it (else run's unregister would find it stale).
+  std::optional<DnsPortLedger> ledger = index_ ? std::nullopt : DnsPortLedger::LoadIfCurrent(records);
+  EGR_RETURN_IF_ERROR(records.Write(*record));
+  if (ledger) {
+    if (absl::Status saved = ledger->Save(records); !saved.ok()) {
+      spdlog::warn("dns port ledger not saved (the next register rebuilds it): {}", saved.ToString());
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<maps::CgroupEntry>> Registry::List() const {
