@@ -90,7 +90,15 @@ absl::StatusOr<int> EventRing::Poll(int timeout_ms, const Handler& handler) {
   st.handler = &handler;
   st.handled = 0;
   st.error = absl::OkStatus();
+  // libbpf 1.1's ring_buffer__poll reads the ring only when epoll_wait
+  // reported it, and the programs wake no one below the threshold: what
+  // came without a wake-up is taken by the consume (cheap when empty: two
+  // positions read).
   int r = ring_buffer__poll(st.rb, timeout_ms);
+  if (st.error.ok() && (r >= 0 || r == -EINTR)) {
+    const int c = ring_buffer__consume(st.rb);
+    if (c < 0) r = c;
+  }
   st.handler = nullptr;
   if (!st.error.ok()) return st.error;
   if (r < 0 && r != -EINTR) return LibbpfStatus(r, absl::StrCat("poll ", EGR_MAP_EVENTS));

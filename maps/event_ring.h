@@ -19,6 +19,12 @@ struct ring_buffer;
 
 namespace egressd::maps {
 
+// The programs submit without waking the reader until the ring holds a
+// quarter of its size unread (EGR_EVENT_RING_WAKE_BYTES, bpf/lib/audit.h):
+// a reader takes the records on its own clock, at least this often, so a
+// record is readable within about this long even when nothing wakes it.
+inline constexpr int kRingDrainMs = 50;
+
 // What one fold window folded and lost, taken out of the maps.
 struct WindowCounts {
   uint32_t epoch = 0;  // the window closed
@@ -36,18 +42,24 @@ class EventRing {
   EventRing& operator=(EventRing&&) noexcept;
   ~EventRing();
 
-  // Waits up to timeout_ms for records and hands each to `handler` (in ring
-  // order); returns how many.  A record of a size other than struct
-  // egr_event is an error naming both sizes.
+  // Waits up to timeout_ms for a wake-up, then hands every record the ring
+  // holds to `handler` (in ring order), woken or not; returns how many.  A
+  // caller waits at most kRingDrainMs between two calls.  A record of a size
+  // other than struct egr_event is an error naming both sizes.
   absl::StatusOr<int> Poll(int timeout_ms, const Handler& handler);
 
   // Closes the fold window: moves the programs to the next epoch, waits until
   // no program can still count into the old one (an RCU grace period), then
-  // takes the old epochs' counts out of egr_fold_v1 and egr_loss_v1.
+  // takes the old epochs' counts out of egr_fold_v1 and egr_loss_v1.  Every
+  // record of the old epochs is then submitted, and the next Poll(0) takes
+  // it (Poll reads the ring whether or not a wake-up came).
   absl::StatusOr<WindowCounts> CloseWindow();
 
-  // An fd that polls readable when records wait (the ring's epoll fd), for
+  // An fd that polls readable when the programs woke the reader (the
+  // ring's epoll fd: only once the ring holds EGR_EVENT_RING_WAKE_BYTES), for
   // a caller's own event loop (the daemon); Poll(0, ...) then takes them.
+  // Records below the threshold do not make it readable: the caller also
+  // calls Poll(0, ...) every kRingDrainMs.
   int ReadableFd() const;
 
   // egr_stats_v3 summed over CPUs (for the loss no sandbox is named for).

@@ -239,7 +239,8 @@ int main(int argc, char** argv) {
   };
 
   json out = {{"entries", entries}, {"learned", learned}, {"strict", strict}, {"repeat", repeat},
-              {"loop", loop},    {"cgroup_depth", depth}, {"ring_reader", lazy_reader ? "every 50 ms" : "epoll"}};
+              {"loop", loop},    {"cgroup_depth", depth}, {"ring_reader", lazy_reader ? "every 50 ms" : "epoll"},
+              {"egressctl", ctl}};
   if (Sh(ctlp + "load >" + tmp + "/load.log 2>&1") != 0) {
     Sh("cat " + tmp + "/load.log >&2");
     cleanup();
@@ -306,7 +307,11 @@ int main(int argc, char** argv) {
         ring_buffer__consume(ring);
         usleep(50000);
       } else {
-        ring_buffer__poll(ring, 100);  // as egressd's reader: waits on the ring's epoll fd
+        // As egressd's reader (maps::EventRing::Poll): waits on the ring's
+        // epoll fd up to kRingDrainMs, then takes what came with or without
+        // a wake-up (the programs wake no one below a quarter of the ring).
+        ring_buffer__poll(ring, 50);
+        ring_buffer__consume(ring);
       }
     }
   });

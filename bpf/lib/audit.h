@@ -188,6 +188,25 @@ static __noinline void egr_audit_fill(struct egr_event *e, const struct egr_even
 	e->seq = seq ? ++*seq : 0;
 }
 
+/* Records are submitted without waking the reader while the ring holds less
+ * than this unread: a wake-up is an irq_work and a cross-CPU wake from inside
+ * the program, 7-9 us of connect4 on this project's machines
+ * (bench/results/2026-12-03-ring-notes.md).  The default flag (0) wakes the
+ * reader for every record that finds it caught up, which for a prompt reader
+ * is every record.  The reader drains on its own clock instead, at least
+ * every maps::kRingDrainMs (maps/event_ring.h).  Past the threshold every
+ * record wakes it (FORCE: the default would not, the reader being behind),
+ * so a flood never fills the ring for want of a wake-up: loss is still only
+ * a full ring, counted as before. */
+#define EGR_EVENT_RING_WAKE_BYTES (EGR_EVENT_RING_BYTES / 4)
+
+static __always_inline __u64 egr_audit_wake_flags(void)
+{
+	if (bpf_ringbuf_query(&egr_events_v1, BPF_RB_AVAIL_DATA) >= EGR_EVENT_RING_WAKE_BYTES)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
 /* 0: the occurrence was lost (the ring is full). */
 static __always_inline int egr_audit_emit(const struct egr_event_key *k,
 					  const struct egr_event_task *t, __u16 flags,
@@ -204,7 +223,7 @@ static __always_inline int egr_audit_emit(const struct egr_event_key *k,
 	e->match_flags = m->flags;
 	e->match_id = m->id;
 	egr_audit_fill(e, k, t, now);
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, egr_audit_wake_flags());
 	egr_count(EGR_STAT_EVENT_SUBMITTED);
 	return 1;
 }

@@ -2,7 +2,9 @@
 // sends as records with the right fields, floods folded in the kernel with
 // the counts adding up exactly to the kernel's counters, one sandbox's flood
 // costing another nothing, one reader per ring serving several `egressctl run
-// --audit` side by side, and a reader that was not running losing nothing.
+// --audit` side by side, a reader that was not running losing nothing, and a
+// lone record readable within the reader's drain period though nothing wakes
+// the reader for it.
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -523,6 +525,61 @@ TEST_F(Audit, OneSandboxsFloodCostsAnotherNothing) {
   ASSERT_TRUE((*upstream)->WaitForQuery("q0." + control, std::chrono::seconds(5))) << (*upstream)->Log();
   const std::string log = (*upstream)->Log();
   EXPECT_EQ(log.find(suffix), std::string::npos) << "a denied name reached the upstream";
+}
+
+// The programs wake the ring's reader only once a quarter of the ring is
+// unread (bpf/lib/audit.h): one allowed connect with nothing else going on
+// wakes no one, and its record is readable only because the reader takes the
+// ring on its own clock (maps::kRingDrainMs, 50 ms), not at the next fold
+// window (1 s) and not never.  The probe connects only once the reader is up
+// (its first window wrote the run's lifecycle lines to the file), then holds
+// still on a FIFO until the record was seen.  "Later" as in the A/B test
+// above: readable in the file (polled every 2 ms) minus the kernel's boot_ns.
+// The bound, a quarter of the window, is five drain periods; a reader that
+// took the ring only at window closes would miss it 3 times in 4 and one
+// that never did, always (the bound scales with EGR_TIME_SCALE).
+TEST_F(Audit, ALoneConnectIsReadableWithinTheReadersDrainPeriod) {
+  const uint64_t bound_ns = static_cast<uint64_t>(250e6 * TimeScale());
+  const std::string f = File("alone.jsonl"), go = File("go"), hold = File("hold");
+  ASSERT_EQ(mkfifo(go.c_str(), 0666), 0);
+  ASSERT_EQ(mkfifo(hold.c_str(), 0666), 0);
+  ArrivalTail tail(f);
+  auto bg = Shared().StartSandboxed({"--audit", f, "--egress", kPublicA4, "--readable", dir_},
+                                    {"open-write", go, "--then", "tcp", kPublicA4, "80", "--then", "open-write", hold});
+  ASSERT_TRUE(bg.ok()) << bg.status();
+  // The reader is up once anything is in the file (only it writes there).
+  const bool reading = Lab::WaitFor([&] { return ReadLines(f).size() > 0; },
+                                    std::chrono::milliseconds(static_cast<long long>(20000 * TimeScale())));
+  int go_fd = reading ? open(go.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC) : -1;  // lets the probe connect
+  nlohmann::json connect;
+  Lab::WaitFor(
+      [&] {
+        for (auto& j : ReadLines(f)) {
+          if (j["type"] == "connect") connect = j;
+        }
+        return !connect.is_null();
+      },
+      std::chrono::milliseconds(static_cast<long long>(5000 * TimeScale())));
+  int hold_fd = open(hold.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // lets the probe finish
+  RunResult r = bg->Wait();
+  tail.Stop();
+  if (go_fd >= 0) close(go_fd);
+  if (hold_fd >= 0) close(hold_fd);
+  ASSERT_TRUE(reading) << "the reader never wrote to " << f << ": " << r.Describe();
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  ASSERT_FALSE(connect.is_null()) << "no connect record in " << f << " within 5 s while the probe held still";
+  EXPECT_EQ(connect["verdict"], "allow") << connect.dump();
+  EXPECT_EQ(connect["IP"]["destination"], kPublicA4) << connect.dump();
+  uint64_t seen = 0;
+  for (const auto& [j, at] : tail.lines()) {
+    if (j["type"] == "connect") seen = at;
+  }
+  ASSERT_NE(seen, 0u) << "the tail missed the record";
+  const uint64_t at = connect["kernel"]["boot_ns"].get<uint64_t>();
+  const uint64_t late = seen > at ? seen - at : 0;
+  std::printf("[ info ] a lone connect's record readable %.1f ms after its connect (bound %.0f ms)\n", late / 1e6,
+              bound_ns / 1e6);
+  EXPECT_LE(late, bound_ns) << "the record came " << late / 1000000 << " ms after its connect";
 }
 
 TEST_F(Audit, ThreeRunsSideBySideEachGetExactlyTheirOwn) {

@@ -8,7 +8,9 @@
 //     (sandbox by API id, verdict, type); without follow the stream ends;
 //     a bad filter is 400 naming it; `egressctl audit` reads through the
 //     daemon when its socket answers and the trail itself when none does
-//     (its debug log says which).
+//     (its debug log says which).  A lone allowed connect is on the stream
+//     within 250 ms (the daemon takes the ring every 50 ms: no wake-up
+//     announces it).
 //   - /metrics on --metrics-address (the DaemonSet's per-node flag, over the
 //     config's metrics.address; the node's address on the pod veths): what
 //     `egressctl metrics` renders, promtool-valid, from the node.
@@ -21,6 +23,7 @@
 //     egr_dnsep_v1), while a scrape from the node outside any sandbox gets
 //     its answer.  The API socket from a sandboxed root: 403, counted in
 //     refused_callers; the same request from the node: 200.
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -214,6 +217,64 @@ TEST_F(DaemonEndpoints, AuditStreamsFollowedAndFilteredLinesAndEgressctlAuditRea
   RunResult direct = lab::Run(ctl);
   EXPECT_EQ(direct.exit_code, 0) << direct.Describe();
   EXPECT_TRUE(absl::StrContains(direct.err, "reading the trail directly")) << direct.Describe();
+}
+
+// The programs wake the ring's reader only once a quarter of the ring is
+// unread (bpf/lib/audit.h): the daemon takes the ring every
+// maps::kRingDrainMs (50 ms) on its own timer.  One allowed connect, nothing
+// else going on, is on a follow=1 stream within a quarter of the fold window
+// (1 s) after it happened: a daemon that took the ring only at its windows
+// would miss that 3 times in 4, one that waited for a wake-up, always.
+// "After" is the line's arrival on the stream (CLOCK_BOOTTIME) minus its
+// kernel.boot_ns; the bound scales with EGR_TIME_SCALE.
+TEST_F(DaemonEndpoints, ALoneConnectIsOnTheStreamWithinTheDaemonsDrainPeriod) {
+  const uint64_t bound_ns = static_cast<uint64_t>(250e6 * lab::TimeScale());
+  auto boot_ns = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  };
+  StartDaemon();
+  const std::string cg = Put("alone", {{"egress", {lab::kPublicA4}}});
+  std::optional<nlohmann::json> seen;
+  uint64_t seen_at = 0;
+  std::atomic<bool> opened{false}, finished{false};
+  absl::Status streamed;
+  std::thread reader([&] {
+    struct Done {
+      std::atomic<bool>& f;
+      ~Done() { f = true; }
+    } done{finished};
+    streamed = daemon::StreamAudit(
+        socket(), "/v1/audit?follow=1&sandbox=alone&verdict=allow&type=connect",
+        [&](const std::string& line) {
+          const uint64_t now = boot_ns();
+          auto j = nlohmann::json::parse(line, nullptr, false);
+          if (j.is_discarded() || j["IP"].value("destination", "") != lab::kPublicA4) return true;
+          seen = j;
+          seen_at = now;
+          return false;
+        },
+        [&] { opened = true; });
+  });
+  ASSERT_TRUE(Lab::WaitFor([&] { return opened.load() || !streamed.ok(); })) << streamed;
+  ASSERT_TRUE(Lab::WaitFor([&] { return Call("GET", "/v1/status").body.value("audit_streams", 0) == 1; }));
+  EXPECT_TRUE(Ok(ConnectFrom(cg, lab().pod().netns, lab::kPublicA4, 80)));
+  if (!Lab::WaitFor([&] { return finished.load(); },
+                    std::chrono::milliseconds(static_cast<long long>(5000 * lab::TimeScale())))) {
+    ADD_FAILURE() << "the allowed connect never came on the stream (5 s)";
+    daemon_->Stop();  // ends the stream, so the reader returns
+    daemon_.reset();
+  }
+  reader.join();
+  ASSERT_TRUE(streamed.ok()) << streamed;
+  ASSERT_TRUE(seen.has_value());
+  const uint64_t at = (*seen)["kernel"].value("boot_ns", uint64_t{0});
+  ASSERT_NE(at, 0u) << seen->dump();
+  const uint64_t late = seen_at > at ? seen_at - at : 0;
+  std::printf("[ info ] a lone connect on the daemon's stream %.1f ms after its connect (bound %.0f ms)\n",
+              late / 1e6, bound_ns / 1e6);
+  EXPECT_LE(late, bound_ns) << "the record came " << late / 1000000 << " ms after its connect";
 }
 
 TEST_F(DaemonEndpoints, MetricsServeTheExporterFromTheNodeAndNoSandboxReachesThemOrTheApi) {

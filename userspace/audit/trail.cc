@@ -20,7 +20,9 @@
 namespace egressd::audit {
 namespace {
 
-constexpr int kPollMs = 50;
+// The ring is read at least this often (records below its wake-up threshold
+// wake no one: maps/event_ring.h); the follower polls its file as often.
+constexpr int kPollMs = maps::kRingDrainMs;
 
 using Tail = SpoolTail;
 

@@ -14,7 +14,7 @@ namespace egressd::daemon {
 namespace asio = boost::asio;
 
 AuditHost::AuditHost(asio::io_context& io, Paths paths, int window_ms)
-    : io_(io), paths_(std::move(paths)), window_ms_(window_ms), timer_(io) {}
+    : io_(io), paths_(std::move(paths)), window_ms_(window_ms), timer_(io), drain_timer_(io) {}
 
 AuditHost::~AuditHost() {
   // The last window, so what the ring holds now is in the spools and the
@@ -48,6 +48,7 @@ void AuditHost::Drop(const absl::Status& why) {
     readable_->release();
     readable_.reset();
   }
+  drain_timer_.cancel();
   exporter_.reset();
   ring_.reset();
   lock_.reset();
@@ -69,13 +70,14 @@ absl::Status AuditHost::TryHold() {
   last_error_ = absl::OkStatus();
   spdlog::info("audit: reading the ring ({}), spools under {}", paths_.pin_root, audit::SpoolDir(paths_));
   WaitReadable();
+  DrainSoon();
   return absl::OkStatus();
 }
 
 void AuditHost::WaitReadable() {
   readable_->async_wait(asio::posix::stream_descriptor::wait_read, [this](const boost::system::error_code& ec) {
     if (ec || !exporter_) return;
-    if (absl::Status s = Drain(); !s.ok()) {
+    if (absl::Status s = Drain().status(); !s.ok()) {
       Drop(s);
       return;
     }
@@ -84,15 +86,33 @@ void AuditHost::WaitReadable() {
   });
 }
 
-absl::Status AuditHost::Drain() {
+// The records no wake-up announced (below the ring's threshold: most of
+// them), within kRingDrainMs of their submission.
+void AuditHost::DrainSoon() {
+  drain_timer_.expires_after(std::chrono::milliseconds(maps::kRingDrainMs));
+  drain_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !exporter_) return;
+    absl::StatusOr<int> n = Drain();
+    if (!n.ok()) {
+      Drop(n.status());
+      return;
+    }
+    if (*n > 0 && on_written_) on_written_();
+    DrainSoon();
+  });
+}
+
+absl::StatusOr<int> AuditHost::Drain() {
   auto on_event = [this](const egr_event& e) {
     if (failed_.ok()) failed_ = exporter_->OnEvent(e);
   };
+  int total = 0;
   for (;;) {
     EGR_ASSIGN_OR_RETURN(int n, ring_->Poll(0, on_event));
     EGR_RETURN_IF_ERROR(std::exchange(failed_, absl::OkStatus()));
     EGR_RETURN_IF_ERROR(exporter_->Flush());
-    if (n == 0) return absl::OkStatus();
+    total += n;
+    if (n == 0) return total;
   }
 }
 
@@ -100,7 +120,7 @@ absl::Status AuditHost::CloseWindow() {
   const uint64_t closing = audit::BootNowNs();
   EGR_ASSIGN_OR_RETURN(auto counts, ring_->CloseWindow());
   // Records put on the ring before the epoch moved are all there now.
-  EGR_RETURN_IF_ERROR(Drain());
+  EGR_RETURN_IF_ERROR(Drain().status());
   // User-space sources' lines (the DNS proxy's, the lifecycle's).
   EGR_RETURN_IF_ERROR(audit::IngestPending(paths_, *exporter_));
   return exporter_->OnWindow(counts, closing);

@@ -1,7 +1,9 @@
 // The audit trail's one reader, on the daemon's Asio loop: while the daemon
 // holds <runtime_dir>/audit/reader.lock it reads the ring as records come
-// (the ring's fd), closes a fold window every window_ms, ingests the
-// user-space sources' pending files and writes the spools, so every
+// (the ring's fd, which the programs make readable only once the ring fills
+// past its wake-up threshold) and every maps::kRingDrainMs whatever woke it
+// (below the threshold nothing does), closes a fold window every window_ms,
+// ingests the user-space sources' pending files and writes the spools, so every
 // `egressctl audit` reader is served from it (trail.h's follower path).  The
 // same steps as trail.cc's holder, driven by the loop instead of a blocking
 // poll.  When another process holds the lock (an `egressctl audit` started
@@ -52,7 +54,9 @@ class AuditHost {
   void Tick();
   absl::Status TryHold();
   void WaitReadable();
-  absl::Status Drain();
+  void DrainSoon();
+  // How many records it took.
+  absl::StatusOr<int> Drain();
   absl::Status CloseWindow();
   void Drop(const absl::Status& why);
 
@@ -60,6 +64,7 @@ class AuditHost {
   Paths paths_;
   int window_ms_;
   boost::asio::steady_timer timer_;
+  boost::asio::steady_timer drain_timer_;  // every maps::kRingDrainMs while holding
   std::optional<audit::ReaderLock> lock_;
   std::optional<maps::EventRing> ring_;
   std::unique_ptr<audit::Exporter> exporter_;
