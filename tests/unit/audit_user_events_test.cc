@@ -10,7 +10,9 @@
 
 #include <cstring>
 #include <fstream>
+#include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -211,6 +213,104 @@ TEST_F(UserEvents, ADeadWritersHalfLineIsALoss) {
   EXPECT_EQ(records_[0]["n"], 0);
   EXPECT_EQ(records_[1]["type"], "loss");
   EXPECT_EQ(records_[1]["lost"], 1);
+  EXPECT_EQ(PendingFiles(), 0u);
+}
+
+// Short-lived writers (each `egressctl sandbox add`, each `run`) with no
+// reader: each takes over the file the one before it left (its writer gone,
+// room left), so 200 of them leave one file, not 200 that every later
+// writer would stat; two alive at once write two files; a holder then reads
+// every line exactly once and removes them.
+TEST_F(UserEvents, GoneWritersFilesAreTakenOverSoShortLivedWritersLeaveOneFile) {
+  constexpr int kWriters = 200;
+  for (int i = 0; i < kWriters; ++i) {
+    auto w = UserEventWriter::Open(paths_, "test");
+    ASSERT_TRUE(w.ok()) << w.status();
+    (*w)->Submit(Rec(5, i), 5);
+    (*w)->Flush();
+  }
+  EXPECT_EQ(PendingFiles(), 1u);
+  {
+    auto a = UserEventWriter::Open(paths_, "test");
+    auto b = UserEventWriter::Open(paths_, "test");
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_NE((*a)->path(), (*b)->path()) << "a live writer's file is its own";
+    (*a)->Submit(Rec(5, kWriters), 5);
+    (*b)->Submit(Rec(5, kWriters + 1), 5);
+    (*a)->Flush();
+    (*b)->Flush();
+    EXPECT_EQ(PendingFiles(), 2u);
+  }
+  auto x = Make();
+  Window(*x);
+  std::vector<int> seen;
+  for (const auto& r : records_) {
+    EXPECT_NE(r["type"], "loss") << r.dump();
+    seen.push_back(r["n"].get<int>());
+  }
+  std::sort(seen.begin(), seen.end());
+  ASSERT_EQ(seen.size(), static_cast<size_t>(kWriters + 2));
+  for (int i = 0; i < kWriters + 2; ++i) EXPECT_EQ(seen[i], i) << "each line once";
+  EXPECT_EQ(PendingFiles(), 0u) << "read and removed";
+}
+
+// A file a dead writer left mid-line is not taken over (the next line would
+// join the half one): the holder still counts that line as lost, and the new
+// writer's line, in a file of its own, arrives whole.
+TEST_F(UserEvents, AFileEndingInAHalfLineIsNotTakenOver) {
+  ASSERT_EQ(mkdir((dir_ + "/audit").c_str(), 0700), 0);
+  ASSERT_EQ(mkdir(PendingDir(paths_).c_str(), 0700), 0);
+  const std::string dead = PendingDir(paths_) + "/1-2.jsonl";
+  std::ofstream(dead) << Rec(3, 0).dump() << "\n{\"type\":\"dn";
+  {
+    auto w = UserEventWriter::Open(paths_, "test");
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_NE((*w)->path(), dead);
+    (*w)->Submit(Rec(3, 1), 3);
+    (*w)->Flush();
+  }
+  EXPECT_EQ(PendingFiles(), 2u);
+  auto x = Make();
+  Window(*x);
+  int losses = 0;
+  std::set<int> ns;
+  for (const auto& r : records_) {
+    if (r["type"] == "loss") {
+      ++losses;
+    } else {
+      ns.insert(r["n"].get<int>());
+    }
+  }
+  EXPECT_EQ(losses, 1);
+  EXPECT_EQ(ns, (std::set<int>{0, 1}));
+  EXPECT_EQ(PendingFiles(), 0u);
+}
+
+// A file a writer took over that the holder had read in part: the holder
+// reads on from its offset, never a line twice.
+TEST_F(UserEvents, AHolderReadsATakenOverFileOnFromItsOffset) {
+  {
+    auto w = UserEventWriter::Open(paths_, "test");
+    ASSERT_TRUE(w.ok());
+    (*w)->Submit(Rec(5, 0), 5);
+    (*w)->Flush();
+    auto x = Make();
+    Window(*x);  // reads line 0 while its writer lives: the file stays, its offset saved
+    ASSERT_EQ(records_.size(), 1u);
+  }
+  EXPECT_EQ(PendingFiles(), 1u);
+  {
+    auto w = UserEventWriter::Open(paths_, "test");
+    ASSERT_TRUE(w.ok());
+    (*w)->Submit(Rec(5, 1), 5);
+    (*w)->Flush();
+  }
+  EXPECT_EQ(PendingFiles(), 1u) << "taken over";
+  records_.clear();
+  auto x = Make();
+  Window(*x);
+  ASSERT_EQ(records_.size(), 1u);
+  EXPECT_EQ(records_[0]["n"], 1);
   EXPECT_EQ(PendingFiles(), 0u);
 }
 

@@ -100,6 +100,7 @@ class UserEventWriter {
 
   std::string source_, path_, dir_, overflow_path_;
   size_t file_bytes_ = 0;        // of the current pending file
+  bool reused_ = false;          // it is a gone writer's, taken over (never removed by us)
   size_t pending_bytes_ = 0;     // of all pending files, as last counted
   size_t since_count_ = 0;       // written since
   std::map<uint64_t, uint64_t> overflow_;  // no room: not yet in overflow.json
