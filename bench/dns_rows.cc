@@ -261,6 +261,7 @@ absl::StatusOr<std::unique_ptr<DnsLab>> DnsLab::Start(test::Egressd& e, const st
   if (!serve.ok()) return serve.status();
   d->serve_ = std::move(*serve);
   if (absl::Status s = WaitLine(d->serve_, "ready:", "egressctl dns serve"); !s.ok()) return s;
+  d->serve_audit_ = std::make_unique<ServeAudit>(e.runtime_dir() + "/audit/pending");
 
   // The incumbent: pod 1's ruleset for the same policy, the forwarder's mark
   // accepted first, and every other port-53 packet of the pod redirected to
@@ -294,17 +295,6 @@ absl::StatusOr<std::vector<double>> DnsLab::ForwarderAnswerToSetUs() {
   }
 }
 
-std::string DnsLab::ServeAuditFile() const {
-  const std::string dir = e_.runtime_dir() + "/audit/pending";
-  const std::string prefix = absl::StrCat(serve_.pid(), "-");
-  std::error_code ec;
-  for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = f.path().filename();
-    if (absl::StartsWith(name, prefix) && absl::EndsWith(name, ".jsonl")) return f.path();
-  }
-  return "";
-}
-
 json DnsLab::StopForwarder() {
   if (!forwarder_.running()) return {{"error", "not running"}};
   kill(forwarder_.pid(), SIGTERM);
@@ -317,6 +307,7 @@ json DnsLab::StopForwarder() {
 }
 
 DnsLab::~DnsLab() {
+  serve_audit_.reset();
   forwarder_.Stop();
   // SIGTERM first: `dns serve` ends cleanly (and a profiler around it, see
   // EGR_BENCH_SERVE_PREFIX, writes its profile).

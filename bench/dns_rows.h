@@ -13,6 +13,7 @@
 
 #include "bench_stats.h"
 #include "egressd_env.h"
+#include "serve_audit.h"
 
 namespace egressd::bench {
 
@@ -57,8 +58,9 @@ class DnsLab {
   pid_t serve_pid() const { return serve_.pid(); }
   // The forwarder's answer-to-set times (µs) since the last call (SIGUSR1).
   absl::StatusOr<std::vector<double>> ForwarderAnswerToSetUs();
-  // The audit file `dns serve` appends its records to (pending, no reader).
-  std::string ServeAuditFile() const;
+  // `dns serve`'s audit records, read (and its finished pending files
+  // removed) as they come: serve_audit.h.
+  ServeAudit& serve_audit() { return *serve_audit_; }
   const std::string& dir() const { return dir_; }
 
  private:
@@ -69,6 +71,7 @@ class DnsLab {
   std::string netns_[3], cgroups_[3], dir_;
   uint64_t sandbox_id_ = 0;
   lab::Background resolver_, serve_, forwarder_;
+  std::unique_ptr<ServeAudit> serve_audit_;
 };
 
 // The rows: latency (p50/p99 at a modest fixed rate, added to and as a ratio

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 
 namespace egressd::bench {
@@ -25,47 +25,6 @@ struct SpeedPlan {
 // resolver knows the denied name too).
 const char* Expected(bool allowed, int idx) { return allowed || idx == 0 ? "NOERROR" : "NXDOMAIN"; }
 
-// The records `dns serve` appended since the last call, each answer's
-// learn_latency_ns with the wall-clock time its query arrived.
-class AuditTail {
- public:
-  // From the file's end now: what came before these rows is not theirs.
-  explicit AuditTail(std::string path) : path_(std::move(path)) {
-    std::error_code ec;
-    const auto size = std::filesystem::file_size(path_, ec);
-    if (!ec) offset_ = size;
-  }
-  struct Sample {
-    int64_t at_ns;
-    double learn_us;
-  };
-  std::vector<Sample> Read() {
-    std::vector<Sample> out;
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) return out;
-    in.seekg(static_cast<std::streamoff>(offset_));
-    std::string line;
-    // Only whole lines: the writer appends each record with one write().
-    while (std::getline(in, line)) {
-      if (in.eof()) break;
-      offset_ += line.size() + 1;
-      json j = json::parse(line, nullptr, false);
-      if (j.is_discarded() || j.value("type", "") != "dns" || !j.contains("dns")) continue;
-      const json& d = j["dns"];
-      if (!d.contains("learn_latency_ns")) continue;
-      absl::Time t;
-      std::string err;
-      if (!absl::ParseTime(absl::RFC3339_full, j.value("time", ""), &t, &err)) continue;
-      out.push_back({absl::ToUnixNanos(t), d["learn_latency_ns"].get<double>() / 1000.0});
-    }
-    return out;
-  }
-
- private:
-  std::string path_;
-  uint64_t offset_ = 0;
-};
-
 // One egr-dns-load run from enforcer idx's pod (its netns and cgroup).
 struct LoadRun {
   bool ran = false;
@@ -75,8 +34,15 @@ struct LoadRun {
 };
 
 LoadRun Load(const DnsLab& d, int idx, const std::string& name, int rate, double seconds) {
-  lab::RunResult r = lab::Run({.argv = {lab::BinaryPath("egr-dns-load"), "--server", d.resolver(), "--name", name,
-                                        "--rate", std::to_string(rate), "--seconds", absl::StrCat(seconds)},
+  std::vector<std::string> argv = {lab::BinaryPath("egr-dns-load"), "--server", d.resolver(), "--name", name,
+                                   "--rate", std::to_string(rate), "--seconds", absl::StrCat(seconds)};
+  // EGR_BENCH_DNSSPEED_SAMPLES_DIR: every run's per-query samples
+  // (egr-dns-load --samples) as <n>-<enforcer>-<name>-<rate>.txt there.
+  static int runs = 0;
+  if (const char* dir = getenv("EGR_BENCH_DNSSPEED_SAMPLES_DIR")) {
+    argv.insert(argv.end(), {"--samples", absl::StrCat(dir, "/", runs++, "-", kEnforcers[idx], "-", name, "-", rate, ".txt")});
+  }
+  lab::RunResult r = lab::Run({.argv = argv,
                                .netns = d.netns(idx), .cgroup = d.cgroup(idx), .hostile = false,
                                .timeout = std::chrono::milliseconds(static_cast<int>(seconds * 1000) + 30000),
                                .env = {}, .stdin_data = ""});
@@ -109,11 +75,9 @@ json Percentiles(const std::vector<double>& v) {
 // The latency rows of one name at one rate: p50/p99 of every answer of each
 // run, the round's difference to (added) and ratio of the floor's; for the
 // allowed name, every answer's answer-to-map time from both enforcers.
-json LatencyRow(DnsLab& d, bool allowed, int rate, const SpeedPlan& p, const std::string& qname, AuditTail& audit,
-                bool& all_ran) {
+json LatencyRow(DnsLab& d, bool allowed, int rate, const SpeedPlan& p, const std::string& qname, bool& all_ran) {
   json row;
   std::vector<double> map_us[3];
-  std::vector<std::pair<int64_t, int64_t>> windows;  // egressd's runs, wall clock
   std::map<std::string, double> lost, sent, late;
   // Open loop: egr-dns-load sends on its schedule, never waiting on an answer.
   Interleaved lat = Interleave(p.rounds, [&](int idx) {
@@ -131,12 +95,17 @@ json LatencyRow(DnsLab& d, bool allowed, int rate, const SpeedPlan& p, const std
         std::fprintf(stderr, "dns speed: %s\n", s.status().ToString().c_str());
       }
     }
-    if (allowed && idx == 2) windows.push_back({t0, t1});
-    if (allowed) {
-      for (const auto& s : audit.Read()) {
-        for (const auto& [a, b] : windows) {
-          if (s.at_ns >= a && s.at_ns <= b) map_us[2].push_back(s.learn_us);
-        }
+    if (allowed && idx == 2) {
+      // Every answer of the run learned its address: its record carries
+      // learn_latency_ns (stamped with its query's arrival, inside the
+      // run's window).  The proxy's audit writer and the bench's reader
+      // each lag a little: waited for, up to a few seconds.
+      const auto want = static_cast<size_t>(std::max(0.0, r.sent - r.lost));
+      const auto got = d.serve_audit().Between(t0, t1, want, 5000);
+      for (const auto& s : got) map_us[2].push_back(s.learn_us);
+      if (got.size() < want) {
+        std::fprintf(stderr, "dns speed: %zu of %zu answers' audit records with learn_latency_ns (%d/s)\n",
+                     got.size(), want, rate);
       }
     }
     // Loss is a figure (row["lost"]), not a failure: the run counts as run
@@ -206,7 +175,18 @@ json DnsSpeed(DnsLab& d, bool quick, bool& all_ran) {
   if (!quick) {
     for (double r = 2000; r <= 64000; r *= 1.4) p.ladder.push_back(static_cast<int>(r / 100) * 100);
   }
-  AuditTail audit(d.ServeAuditFile());
+  // For iterating on the proxy (bench/results/2026-12-03-dns-notes.md):
+  // EGR_BENCH_DNSSPEED_ROUNDS / _SECONDS set the latency rows' rounds and
+  // run length, _RATES their rates (comma-separated), _NO_SEARCH=1 skips the
+  // rate search, _ALLOWED_ONLY=1 the denied rows.
+  if (const char* v = getenv("EGR_BENCH_DNSSPEED_ROUNDS")) p.rounds = std::max(1, atoi(v));
+  if (const char* v = getenv("EGR_BENCH_DNSSPEED_SECONDS")) p.seconds = std::max(0.1, atof(v));
+  if (const char* v = getenv("EGR_BENCH_DNSSPEED_RATES")) {
+    p.rates.clear();
+    for (absl::string_view r : absl::StrSplit(v, ',', absl::SkipEmpty())) p.rates.push_back(atoi(std::string(r).c_str()));
+  }
+  if (const char* v = getenv("EGR_BENCH_DNSSPEED_NO_SEARCH"); v && std::string(v) == "1") p.search_rounds = 0;
+  const char* allowed_only = getenv("EGR_BENCH_DNSSPEED_ALLOWED_ONLY");
   (void)d.ForwarderAnswerToSetUs();  // the rows before these
   json out;
   out["rates"] = p.rates;
@@ -215,13 +195,11 @@ json DnsSpeed(DnsLab& d, bool quick, bool& all_ran) {
   out["step_seconds"] = p.step_seconds;
   out["ladder"] = p.ladder;
   out["bisections"] = p.bisections;
-  if (d.ServeAuditFile().empty()) {
-    std::fprintf(stderr, "dns speed: no audit file of dns serve (pid %d): no answer-to-map figures\n", d.serve_pid());
-  }
   for (bool allowed : {true, false}) {
+    if (!allowed && allowed_only && std::string(allowed_only) == "1") break;
     const char* name = allowed ? "allowed" : "denied";
     const std::string data = allowed ? kAllowedName : kDeniedName;
-    for (int rate : p.rates) out[name]["latency"][std::to_string(rate)] = LatencyRow(d, allowed, rate, p, data, audit, all_ran);
+    for (int rate : p.rates) out[name]["latency"][std::to_string(rate)] = LatencyRow(d, allowed, rate, p, data, all_ran);
     // The search: rounds of the three enforcers, the order rotated.
     std::map<std::string, std::vector<double>> best;
     json runs = json::array();
@@ -233,11 +211,12 @@ json DnsSpeed(DnsLab& d, bool quick, bool& all_ran) {
         m["enforcer"] = kEnforcers[idx];
         runs.push_back(std::move(m));
       }
-      (void)audit.Read();
     }
+    if (p.search_rounds == 0) continue;
     for (const char* en : kEnforcers) out[name]["max_qps"][en] = Summary(best[en]);
     out[name]["max_qps_runs"] = runs;
   }
+  out["serve_audit"] = {{"records_read", d.serve_audit().records()}, {"files_removed", d.serve_audit().files_removed()}};
   return out;
 }
 
