@@ -9,7 +9,7 @@
 // times say how busy it was, ratios within a round say what the enforcer
 // costs.  Never a pass/fail on time: exit 0 when everything ran, 1 otherwise.
 //
-//   enforcer_bench [--quick] [--only dns|dnsspeed] --out results.json   (bench/run.sh renders the table and plots)
+//   enforcer_bench [--quick] [--only dns|dnsspeed|startup] --out results.json   (bench/run.sh renders the table and plots)
 //
 // Files: bench_stats (medians, intervals, the interleaving), loops (connect,
 // UDP send, iperf3), kernel_figures (bpf_stats, map and kernel memory),
@@ -50,6 +50,9 @@ struct Options {
   bool quick = false;
   bool only_dns = false;  // --only dns: the DNS rows and the resolved-address axis alone
   bool only_dnsspeed = false;  // --only dnsspeed: the DNS speed rows alone (dns_speed.h)
+  // --only startup: `egressctl run -- true` and an HTTP request under run
+  // alone (7, 7b), on a node with nothing else registered (a minute).
+  bool only_startup = false;
   std::string out;
 };
 
@@ -381,6 +384,7 @@ int Main(const Options& opt) {
   results["mode"] = opt.quick ? "quick" : "full";
   if (opt.only_dns) results["only"] = "dns";
   if (opt.only_dnsspeed) results["only"] = "dnsspeed";
+  if (opt.only_startup) results["only"] = "startup";
   results["date"] = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();
 
@@ -406,7 +410,7 @@ int Main(const Options& opt) {
   std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << "1";
 
   std::vector<CellPlan> plan;
-  if (opt.only_dns || opt.only_dnsspeed) {
+  if (opt.only_dns || opt.only_dnsspeed || opt.only_startup) {
     // the DNS rows alone (below)
   } else if (opt.quick) {
     plan = {{10, 1, 3, 300, 2000, false, false},
@@ -427,7 +431,7 @@ int Main(const Options& opt) {
   }
 
   // ---- (6) DNS: latency and rate, allowed and denied; the resolved-address axis ----
-  {
+  if (!opt.only_startup) {
     auto dns = DnsLab::Start(e, netns, dir);
     if (!dns.ok()) {
       std::fprintf(stderr, "enforcer_bench: DNS rows not run: %s\n", dns.status().ToString().c_str());
@@ -462,8 +466,10 @@ int Main(const Options& opt) {
   }
 
   // ---- (5) the sandbox axis: apply time per sandbox and memory at N sandboxes ----
-  results["sandbox_axis"] = SandboxAxis(e, opt.quick ? std::vector<int>{1, 10} : std::vector<int>{1, 100, 1000},
-                                        dir, lab::kPublicA4, bench.all_ran);
+  if (!opt.only_startup) {
+    results["sandbox_axis"] = SandboxAxis(e, opt.quick ? std::vector<int>{1, 10} : std::vector<int>{1, 100, 1000},
+                                          dir, lab::kPublicA4, bench.all_ran);
+  }
 
   // ---- (7) start-up: egressctl run -- true vs unshare --fork --pid --mount true ----
   // Measured on the node as the sandbox axis left it (its sandboxes still
@@ -524,18 +530,21 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc && std::string(argv[i + 1]) == "dns") {
       opt.only_dns = true;
       ++i;
+    } else if (a == "--only" && i + 1 < argc && std::string(argv[i + 1]) == "startup") {
+      opt.only_startup = true;
+      ++i;
     } else if (a == "--only" && i + 1 < argc && std::string(argv[i + 1]) == "dnsspeed") {
       opt.only_dnsspeed = true;
       ++i;
     } else if (a == "--out" && i + 1 < argc) {
       opt.out = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: enforcer_bench [--quick] [--only dns|dnsspeed] --out FILE.json (got \"%s\")\n", a.c_str());
+      std::fprintf(stderr, "usage: enforcer_bench [--quick] [--only dns|dnsspeed|startup] --out FILE.json (got \"%s\")\n", a.c_str());
       return 2;
     }
   }
   if (opt.out.empty()) {
-    std::fprintf(stderr, "usage: enforcer_bench [--quick] [--only dns|dnsspeed] --out FILE.json\n");
+    std::fprintf(stderr, "usage: enforcer_bench [--quick] [--only dns|dnsspeed|startup] --out FILE.json\n");
     return 2;
   }
   return egressd::bench::Main(opt);

@@ -281,6 +281,18 @@ def http_row(out, r):
     out.append("")
 
 
+def startup_row(out, r):
+    st = r["startup_s"]
+    run_med = st["egressctl_run"]["median"]
+    where = ("the node the sandbox axis left" if "sandbox_axis" in r else "a node with nothing else registered")
+    out.append(f"Start-up, median of {len(st['egressctl_run']['samples'])}: `egressctl run -- true` "
+               f"{secs(st['egressctl_run'])}, `unshare --fork --pid --mount true` {secs(st['unshare'])} "
+               f"(goal <= 10 ms: {'met' if run_med <= 0.010 else 'MISSED'}; CPU profile in the notes)"
+               + (f", on {where}: {st['node']['registered_sandboxes']:,} sandboxes registered, "
+                  f"{st['node']['pending_audit_files']:,} unread audit spool files" if "node" in st else "") + ".")
+    out.append("")
+
+
 def main():
     res_path, table_path, dat_dir = sys.argv[1:4]
     r = json.load(open(res_path))
@@ -295,6 +307,11 @@ def main():
         report_dns.dns_rows(out, r)
         report_dns.dns_speed(out, r)
         report_dns.resolved_axis(out, r, dat_dir)
+        open(table_path, "w").write("\n".join(out) + "\n")
+        return
+    if r.get("only") == "startup":
+        startup_row(out, r)
+        http_row(out, r)
         open(table_path, "w").write("\n".join(out) + "\n")
         return
     interleaved_table(out, r, "Connect+accept+close to an allowed address (ratio to no filter, median [95% CI]; "
@@ -329,14 +346,7 @@ def main():
     report_dns.dns_rows(out, r)
     report_dns.dns_speed(out, r)
     report_dns.resolved_axis(out, r, dat_dir)
-    st = r["startup_s"]
-    run_med = st["egressctl_run"]["median"]
-    out.append(f"Start-up, median of {len(st['egressctl_run']['samples'])}: `egressctl run -- true` "
-               f"{secs(st['egressctl_run'])}, `unshare --fork --pid --mount true` {secs(st['unshare'])} "
-               f"(goal <= 10 ms: {'met' if run_med <= 0.010 else 'MISSED'}; CPU profile in the notes)"
-               + (f", on the node the sandbox axis left: {st['node']['registered_sandboxes']:,} sandboxes registered, "
-                  f"{st['node']['pending_audit_files']:,} unread audit spool files" if "node" in st else "") + ".")
-    out.append("")
+    startup_row(out, r)
     http_row(out, r)
     out.append("Audit events/s: `audit_bench`'s table (`<date>-audit.md`).")
     open(table_path, "w").write("\n".join(out) + "\n")

@@ -13,6 +13,9 @@
 #                          the DNS speed rows alone (bench/dns_speed.h):
 #                          <date>-dns-speed.json and .md (about 12 minutes;
 #                          --quick about 15 s)
+#   bench/run.sh [--quick] --only startup
+#                          `egressctl run -- true` beside unshare, and an
+#                          allowed HTTP request under run (a minute)
 #   bench/run.sh [--quick] --only audit-nflog
 #                          the audit export beside nftables logging each new
 #                          connection (bench/audit_bench.cc --only nflog) alone:
@@ -57,8 +60,8 @@ while (($#)); do
   case $1 in
     --quick) quick=(--quick) ;;
     --only)
-      if [[ ${2:-} != dns && ${2:-} != dnsspeed && ${2:-} != audit-nflog && ${2:-} != daemon-apply && ${2:-} != migrate && ${2:-} != handover && ${2:-} != veth ]]; then
-        echo "bench/run.sh: --only takes \"dns\", \"dnsspeed\", \"audit-nflog\", \"daemon-apply\", \"migrate\", \"handover\" or \"veth\" (got \"${2:-}\")" >&2
+      if [[ ${2:-} != dns && ${2:-} != dnsspeed && ${2:-} != startup && ${2:-} != audit-nflog && ${2:-} != daemon-apply && ${2:-} != migrate && ${2:-} != handover && ${2:-} != veth ]]; then
+        echo "bench/run.sh: --only takes \"dns\", \"dnsspeed\", \"startup\", \"audit-nflog\", \"daemon-apply\", \"migrate\", \"handover\" or \"veth\" (got \"${2:-}\")" >&2
         exit 2
       fi
       only=(--only "$2")
@@ -73,7 +76,7 @@ while (($#)); do
       shift
       ;;
     *)
-      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed|audit-nflog|daemon-apply|migrate|handover|veth] [--sandboxes N])" >&2
+      echo "bench/run.sh: unknown argument \"$1\" (usage: bench/run.sh [--quick] [--only dns|dnsspeed|startup|audit-nflog|daemon-apply|migrate|handover|veth] [--sandboxes N])" >&2
       exit 2
       ;;
   esac
@@ -236,7 +239,7 @@ else
   echo "bench/run.sh: gnuplot not installed (scripts/install-deps.sh): no plots" >&2
 fi
 # The audit trail's export rate beside nftables' nflog (its own table).
-if [[ ${only[1]:-} != dnsspeed ]]; then
+if [[ ${only[1]:-} != dnsspeed && ${only[1]:-} != startup ]]; then
 "$build/bench/audit_bench" "${quick[@]}" --out "$out/$stamp-audit.json" >"$out/$stamp-audit.md"
 { echo; echo "### Audit export (bench/audit_bench.cc)"; echo; cat "$out/$stamp-audit.md"; } >>"$out/$stamp.md"
 fi
