@@ -202,6 +202,69 @@ TEST_F(UserEvents, PendingFilesAreBoundedAndWhatDidNotFitIsReported) {
   EXPECT_NE(records_[0]["type"], "loss");
 }
 
+// The writer wakes on a batch's first line, not on each (user_events.h
+// kBatchLines): lines submitted with no Flush() still reach the file, soon,
+// whole and in order, however they fall into batches: one alone, a burst of
+// several batches, and one more after the writer went back to sleep.
+TEST_F(UserEvents, LinesReachTheFileWithoutAFlushWholeAndInOrder) {
+  auto w = UserEventWriter::Open(paths_, "test");
+  ASSERT_TRUE(w.ok()) << w.status();
+  // The lines of the writer's file once it holds `want` (or 5 s passed).
+  auto lines_when = [&](size_t want) {
+    std::vector<nlohmann::json> got;
+    for (int waited_ms = 0; waited_ms < 5000; ++waited_ms) {
+      got.clear();
+      std::ifstream in((*w)->path());
+      std::string line;
+      while (std::getline(in, line)) got.push_back(nlohmann::json::parse(line, nullptr, false));
+      if (got.size() >= want) break;
+      usleep(1000);
+    }
+    return got;
+  };
+  (*w)->Submit(Rec(5, 0), 5);
+  ASSERT_EQ(lines_when(1).size(), 1u) << "a lone line is written without a Flush()";
+  const int burst = 3 * static_cast<int>(UserEventWriter::kBatchLines) + 7;
+  for (int i = 1; i <= burst; ++i) (*w)->Submit(Rec(5 + i % 2, i), 5 + i % 2);
+  std::vector<nlohmann::json> got = lines_when(burst + 1);
+  ASSERT_EQ(got.size(), static_cast<size_t>(burst + 1));
+  for (int i = 0; i <= burst; ++i) {
+    ASSERT_FALSE(got[i].is_discarded()) << "line " << i << " is not whole";
+    EXPECT_EQ(got[i]["n"], i);
+  }
+  (*w)->Submit(Rec(6, burst + 1), 6);
+  EXPECT_EQ(lines_when(burst + 2).size(), static_cast<size_t>(burst + 2)) << "a line after the writer slept again";
+  EXPECT_EQ((*w)->lost(), 0u);
+}
+
+// Over the bound the writer counts the pending bytes again only once the
+// directory changed (not for each line it turns away): once a holder has
+// read and removed files, the same writer writes again.
+TEST_F(UserEvents, AWriterOverTheBoundWritesAgainOnceAHolderMadeRoom) {
+  UserEventOptions o;
+  o.max_pending_bytes = 8192;
+  o.recount_bytes = 512;
+  o.max_file_bytes = 2048;
+  auto w = UserEventWriter::Open(paths_, "test", o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  int n = 0;
+  for (; n < 400; ++n) (*w)->Submit(Rec(5, n), 5);
+  (*w)->Flush();
+  const uint64_t lost = (*w)->lost();
+  ASSERT_GT(lost, 0u) << "the bound turned lines away";
+  // More turned away while nothing changed: still counted, still no room.
+  for (int i = 0; i < 50; ++i, ++n) (*w)->Submit(Rec(5, n), 5);
+  (*w)->Flush();
+  EXPECT_EQ((*w)->lost(), lost + 50);
+  auto x = Make();
+  Window(*x);  // reads every file and removes those whose writer moved on
+  const uint64_t written = (*w)->written();
+  for (int i = 0; i < 5; ++i, ++n) (*w)->Submit(Rec(5, n), 5);
+  (*w)->Flush();
+  EXPECT_EQ((*w)->written(), written + 5) << "room again after the holder removed files";
+  EXPECT_EQ((*w)->lost(), lost + 50);
+}
+
 TEST_F(UserEvents, ADeadWritersHalfLineIsALoss) {
   ASSERT_EQ(mkdir((dir_ + "/audit").c_str(), 0700), 0);
   ASSERT_EQ(mkdir(PendingDir(paths_).c_str(), 0700), 0);

@@ -18,6 +18,7 @@
 // audit: Submit() takes a mutex for a push and returns.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -27,6 +28,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -88,12 +90,26 @@ class UserEventWriter {
   uint64_t lost() const;
   const std::string& path() const { return path_; }
 
+  // A batch: the writer wakes on its first line and gathers for this long
+  // (or until this many are queued) before it writes them in one write().
+  static constexpr size_t kBatchLines = 256;
+  static constexpr std::chrono::milliseconds kBatchGather{5};
+
  private:
   UserEventWriter() = default;
   void Loop();
   bool WriteLine(const std::string& line);
+  size_t WriteText(const std::string& text);  // bytes written
   enum class Wrote { kYes, kFailed, kNoRoom };
   Wrote Write(const std::string& line);
+  struct Item {
+    std::string line;
+    uint64_t sandbox_id;
+  };
+  // The lines of one pass, in as few write()s as the bound and the file's
+  // rotation allow; outcome[i] is items[i]'s.
+  void WriteBatch(const std::deque<Item>& items, std::vector<Wrote>& outcome);
+  bool NeedsRecount(size_t bytes);
   bool Fits(size_t bytes);
   absl::Status NextFile();
   bool ReportOverflow();
@@ -103,15 +119,12 @@ class UserEventWriter {
   bool reused_ = false;          // it is a gone writer's, taken over (never removed by us)
   size_t pending_bytes_ = 0;     // of all pending files, as last counted
   size_t since_count_ = 0;       // written since
+  int64_t counted_dir_mtime_ns_ = -1;  // the directory's mtime at that count
   std::map<uint64_t, uint64_t> overflow_;  // no room: not yet in overflow.json
   UserEventOptions options_;
   UniqueFd fd_;
   mutable std::mutex mu_;
   std::condition_variable wake_, drained_;
-  struct Item {
-    std::string line;
-    uint64_t sandbox_id;
-  };
   std::deque<Item> queue_;
   std::map<uint64_t, size_t> queued_;    // per sandbox
   std::map<uint64_t, uint64_t> unreported_;  // lost, not yet in a loss record
