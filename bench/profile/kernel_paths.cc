@@ -186,7 +186,7 @@ json TestRun(int prog, const std::string& cg, const std::vector<Vector>& vs, int
 int main(int argc, char** argv) {
   int entries = 10, learned = 0, repeat = 100000, loop = 50000, depth = 2;
   std::string steps_obj;
-  bool strict = false, lazy_reader = false;
+  bool strict = false, lazy_reader = false, no_reader = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { if (i + 1 >= argc) Die("missing value for " + a); return std::atoi(argv[++i]); };
@@ -198,7 +198,8 @@ int main(int argc, char** argv) {
     else if (a == "--steps") { if (i + 1 >= argc) Die("missing value for --steps"); steps_obj = argv[++i]; }
     else if (a == "--strict") strict = true;
     else if (a == "--lazy-reader") lazy_reader = true;
-    else Die("unknown argument '" + a + "' (--entries N --learned K --strict --lazy-reader --depth D --repeat R --loop M --steps OBJ)");
+    else if (a == "--no-reader") no_reader = true;
+    else Die("unknown argument '" + a + "' (--entries N --learned K --strict --lazy-reader --no-reader --depth D --repeat R --loop M --steps OBJ)");
   }
   if (depth < 2 || depth > 20) Die("--depth " + std::to_string(depth) + ": 2 to 20");
   const std::string self = std::filesystem::canonical("/proc/self/exe").string();
@@ -239,7 +240,7 @@ int main(int argc, char** argv) {
   };
 
   json out = {{"entries", entries}, {"learned", learned}, {"strict", strict}, {"repeat", repeat},
-              {"loop", loop},    {"cgroup_depth", depth}, {"ring_reader", lazy_reader ? "every 50 ms" : "epoll"},
+              {"loop", loop},    {"cgroup_depth", depth}, {"ring_reader", no_reader ? "none" : lazy_reader ? "every 50 ms" : "epoll"},
               {"egressctl", ctl}};
   if (Sh(ctlp + "load >" + tmp + "/load.log 2>&1") != 0) {
     Sh("cat " + tmp + "/load.log >&2");
@@ -301,9 +302,13 @@ int main(int argc, char** argv) {
   // --lazy-reader: drained every 50 ms without waiting in epoll, so the
   // consumer lags and a commit rarely finds it caught up (the kernel queues
   // a wake-up irq_work for a record only then): the wake-up's share.
+  // --no-reader: nothing reads (as enforcer_bench's instance): the ring
+  // fills, later records take the loss path.
   std::thread reader([&] {
     while (!stop_reader) {
-      if (lazy_reader) {
+      if (no_reader) {
+        usleep(50000);
+      } else if (lazy_reader) {
         ring_buffer__consume(ring);
         usleep(50000);
       } else {

@@ -6,8 +6,8 @@
 # instance's maps.  Writes one JSON line per variant to OUT and prints the
 # tables.
 #   bench/profile/kernel_paths.sh [OUT=/tmp/kernel_paths.jsonl]
-# VARIANTS="10:0 100000:10000:strict" runs only those (entries:learned[:strict][:depthD][:lazy]);
-# lazy: the audit ring drained every 50 ms instead of by an epoll waiter.
+# VARIANTS="10:0 100000:10000:strict" runs only those (entries:learned[:strict][:depthD][:lazy|:noreader]);
+# lazy: the audit ring drained every 50 ms instead of by an epoll waiter; noreader: never read.
 # Run as root, after `cmake --build build --target kernel_paths_profile egressctl`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,6 +25,7 @@ for v in "${variants[@]}"; do
   [[ $rest == *strict* ]] && args+=(--strict)
   [[ $rest =~ depth([0-9]+) ]] && args+=(--depth "${BASH_REMATCH[1]}")
   [[ $rest == *lazy* ]] && args+=(--lazy-reader)
+  [[ $rest == *noreader* ]] && args+=(--no-reader)
   echo "kernel_paths: $v" >&2
   "$build/bench/kernel_paths_profile" "${args[@]}" >> "$out"
 done
@@ -37,7 +38,7 @@ def name(r):
     n = f"{r['entries']:,} CIDRs, {r['learned']:,} learned"
     if r["strict"]: n += ", strict"
     if r["cgroup_depth"] != 2: n += f", depth {r['cgroup_depth']}"
-    if r.get("ring_reader") != "epoll": n += ", ring read every 50 ms"
+    if r.get("ring_reader", "epoll") != "epoll": n += ", ring read: " + r["ring_reader"]
     return n
 print("## backstop (egr_skb_egress), BPF_PROG_TEST_RUN ns per run, median of 3 rounds (best of 3 x repeat each)")
 for mode in ("stats_off", "stats_on"):

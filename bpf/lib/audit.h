@@ -194,15 +194,31 @@ static __noinline void egr_audit_fill(struct egr_event *e, const struct egr_even
  * (bench/results/2026-12-03-ring-notes.md).  The default flag (0) wakes the
  * reader for every record that finds it caught up, which for a prompt reader
  * is every record.  The reader drains on its own clock instead, at least
- * every maps::kRingDrainMs (maps/event_ring.h).  Past the threshold every
- * record wakes it (FORCE: the default would not, the reader being behind),
- * so a flood never fills the ring for want of a wake-up: loss is still only
- * a full ring, counted as before. */
+ * every maps::kRingDrainMs (maps/event_ring.h).
+ *
+ * Past the threshold a record forces a wake-up (the default would not, the
+ * reader being behind) each time the unread data crosses a multiple of
+ * EGR_EVENT_RING_WAKE_STEP: a flood never fills the ring for want of a
+ * wake-up, and where no reader runs at all the irq_work (~8 us even with
+ * nobody to wake) is paid ~100 times on the way to a full ring, not by every
+ * record.  A waiting reader needs one: woken, it takes all the ring holds.
+ * The step is judged from the unread size when the record is submitted,
+ * which other CPUs' reservations may have moved: a step can be missed (the
+ * next one, or the reader's clock, catches it) or taken twice, never
+ * anything lost; loss is still only a full ring, counted as before. */
 #define EGR_EVENT_RING_WAKE_BYTES (EGR_EVENT_RING_BYTES / 4)
+#define EGR_EVENT_RING_WAKE_STEP (64u << 10)
+/* One record's room on the ring: its 8-byte header and body, 8-aligned. */
+#define EGR_EVENT_RING_RECORD_BYTES ((sizeof(struct egr_event) + 8 + 7) & ~7ull)
 
 static __always_inline __u64 egr_audit_wake_flags(void)
 {
-	if (bpf_ringbuf_query(&egr_events_v1, BPF_RB_AVAIL_DATA) >= EGR_EVENT_RING_WAKE_BYTES)
+	__u64 unread = bpf_ringbuf_query(&egr_events_v1, BPF_RB_AVAIL_DATA);
+
+	if (unread < EGR_EVENT_RING_WAKE_BYTES)
+		return BPF_RB_NO_WAKEUP;
+	if ((unread - EGR_EVENT_RING_RECORD_BYTES) / EGR_EVENT_RING_WAKE_STEP !=
+	    unread / EGR_EVENT_RING_WAKE_STEP)
 		return BPF_RB_FORCE_WAKEUP;
 	return BPF_RB_NO_WAKEUP;
 }

@@ -5,8 +5,11 @@
 // --audit` side by side, a reader that was not running losing nothing, and a
 // lone record readable within the reader's drain period though nothing wakes
 // the reader for it.
+#include <bpf/bpf.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +34,7 @@
 #include "absl/strings/match.h"
 #include "egressd_env.h"
 #include "lab_dns.h"
+#include "maps/egressd_abi.h"
 
 namespace egressd::test {
 namespace {
@@ -580,6 +584,76 @@ TEST_F(Audit, ALoneConnectIsReadableWithinTheReadersDrainPeriod) {
   std::printf("[ info ] a lone connect's record readable %.1f ms after its connect (bound %.0f ms)\n", late / 1e6,
               bound_ns / 1e6);
   EXPECT_LE(late, bound_ns) << "the record came " << late / 1000000 << " ms after its connect";
+}
+
+// The other half of the wake-up rule: past a quarter of the ring unread the
+// programs do wake a reader waiting in epoll, so a flood never fills the ring
+// for want of a wake-up.  Nobody reads in this test: it waits on the ring's
+// map fd itself, edge-triggered (woken only by a wake-up the programs ask
+// for), and reads the ring's positions from its mapped pages without
+// consuming anything (the next holder exports what is left).  Sandboxes one
+// after another each make 7,500 denied connects, within one sandbox's burst
+// budget so each is a record of its own (denied: no port is used up), until
+// the ring holds 2 MiB past the threshold.  Woken at or past the threshold
+// (so not once per record, as before), and within 1 MiB of it (so not only
+// by something after the flood).
+TEST_F(Audit, AFillingRingWakesAWaitingReaderPastAQuarterOfItsSize) {
+  constexpr unsigned long kWake = EGR_EVENT_RING_BYTES / 4;
+  constexpr unsigned long kRecord = (sizeof(egr_event) + 8 + 7) & ~7ul;  // header + body, 8-aligned
+  constexpr long long kPerRun = 7500;  // < EGR_AUDIT_BURST
+  const int fd = bpf_obj_get((Shared().pin_root() + "/" EGR_MAP_EVENTS).c_str());
+  ASSERT_GE(fd, 0) << EGR_MAP_EVENTS << ": " << strerror(errno);
+  const long page = sysconf(_SC_PAGESIZE);
+  void* cons = mmap(nullptr, page, PROT_READ, MAP_SHARED, fd, 0);
+  void* prod = mmap(nullptr, page, PROT_READ, MAP_SHARED, fd, page);
+  ASSERT_NE(cons, MAP_FAILED) << strerror(errno);
+  ASSERT_NE(prod, MAP_FAILED) << strerror(errno);
+  auto unread = [&] {
+    return __atomic_load_n(static_cast<unsigned long*>(prod), __ATOMIC_ACQUIRE) -
+           __atomic_load_n(static_cast<unsigned long*>(cons), __ATOMIC_ACQUIRE);
+  };
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(ep, 0);
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0) << strerror(errno);
+  epoll_event got{};
+  (void)epoll_wait(ep, &got, 1, 0);  // a ring holding anything reads ready once at the start
+  const unsigned long start = unread();
+  ASSERT_LT(start, kWake / 2) << "the ring was already filling: " << start << " bytes unread";
+
+  int woke = -1;
+  unsigned long at_wake = 0;
+  std::thread waiter([&] {
+    woke = epoll_wait(ep, &got, 1, static_cast<int>(60000 * TimeScale()));
+    at_wake = unread();
+  });
+  auto before = Counters();
+  long long connects = 0;
+  std::string failed;
+  for (int i = 0; i < 10 && unread() < kWake + (2ul << 20) && failed.empty(); ++i) {
+    RunResult r = Shared().RunSandboxed({"--egress", kPublicA4}, {"tcp-burst", kPublicB4, "80", std::to_string(kPerRun)});
+    if (r.exit_code != 0 || Only(r)["refused"] != std::to_string(kPerRun)) failed = r.Describe();
+    connects += kPerRun;
+  }
+  auto after = Counters();
+  const unsigned long at_end = unread();
+  waiter.join();
+  close(ep);
+  munmap(cons, page);
+  munmap(prod, page);
+  close(fd);
+  ASSERT_TRUE(failed.empty()) << failed;
+  EXPECT_EQ(after["event_lost"] - before["event_lost"], 0);
+  EXPECT_EQ(after["event_submitted"] - before["event_submitted"], connects) << "each connect a record of its own";
+  std::printf("[ info ] %lld denied connects: %.2f MiB on the ring at the end (from %.2f), a waiting reader woken "
+              "at %.2f MiB (threshold %.2f)\n",
+              connects, at_end / 1048576.0, start / 1048576.0, at_wake / 1048576.0, kWake / 1048576.0);
+  ASSERT_GE(at_end, kWake + (2ul << 20)) << "the ring never filled past the threshold";
+  ASSERT_EQ(woke, 1) << "the programs never woke a waiting reader while " << (at_end - start) / kRecord
+                     << " records went on the ring (" << at_end << " bytes unread)";
+  EXPECT_GE(at_wake, kWake) << "woken before the threshold";
+  EXPECT_LT(at_wake, kWake + (1ul << 20)) << "woken only well past the threshold";
 }
 
 TEST_F(Audit, ThreeRunsSideBySideEachGetExactlyTheirOwn) {
