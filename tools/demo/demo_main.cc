@@ -9,7 +9,8 @@
 // asks; the demo shows an allowed name resolving then connecting, its
 // address refused before the query, and a denied name getting NXDOMAIN with
 // the upstream's query count for it.  Then the node daemon: a pod registered
-// through its API, an upgrade (a second egressd takes over), and a pod whose
+// through its API, its policy narrowed from a wildcard to one name (that
+// name's learned address kept, the other's gone), an upgrade (a second egressd takes over), and a pod whose
 // runtime has its own network stack (gVisor, a VM) registered by interface
 // and judged at its veth, with the tc program's counters.
 #include <signal.h>
@@ -87,7 +88,9 @@ int main() {
   auto upstream = DnsServer::Start(DnsServerSpec{.netns = (*lab)->world_netns(),
                                                  .listen = {kUpstreamDns},
                                                  .records = {{"allowed.example", {kPublicA4}},
-                                                             {"denied.example", {kPublicB4}}}});
+                                                             {"denied.example", {kPublicB4}},
+                                                             {"api.agents.example", {kPublicA4}},
+                                                             {"files.agents.example", {kPublicB4}}}});
   if (!upstream.ok()) {
     std::fprintf(stderr, "egressd-demo: %s\n", upstream.status().ToString().c_str());
     return 1;
@@ -229,6 +232,28 @@ int main() {
       dig.netns = (*lab)->client_netns();
       dig.cgroup = *pod8;
       show("(in pod-agent-8) dig @8.8.8.8 allowed.example && egressd-probe tcp 192.0.2.10 80", Run(dig));
+      // A policy change keeps what the new policy still allows (docs/dns.md,
+      // "Policy changes"): narrowed from a wildcard to one of its names, the
+      // pod keeps that name's learned address (not asked again) and loses the
+      // other name's at once.
+      auto apply8 = [&](const char* egress) {
+        return ctl_run({"sandbox", "apply", "agent-8", "--cgroup", *pod8, "--egress", egress, "--label", "pod=agent-8",
+                        "--socket", sock},
+                       false);
+      };
+      show("egressctl sandbox apply agent-8 --cgroup .../pod-agent-8 --egress '*.agents.example'",
+           apply8("*.agents.example"));
+      RunSpec both = dig;
+      both.argv = {"sh", "-c", "dig +time=2 +tries=1 +short @8.8.8.8 api.agents.example files.agents.example"};
+      show("(in pod-agent-8) dig @8.8.8.8 api.agents.example files.agents.example", Run(both));
+      show("egressctl sandbox apply agent-8 --cgroup .../pod-agent-8 --egress api.agents.example   (narrowed)",
+           apply8("api.agents.example"));
+      const uint64_t api_asked = (*upstream)->QueriesFor("api.agents.example");
+      RunSpec after = dig;
+      after.argv = {"sh", "-c", hostile + " tcp " + kPublicA4 + " 80; " + hostile + " tcp " + kPublicB4 + " 80"};
+      show("(in pod-agent-8) egressd-probe tcp 192.0.2.10 80; egressd-probe tcp 192.0.2.11 80", Run(after));
+      std::printf("(the upstream got %llu query(ies) for api.agents.example since the change: its address was kept)\n",
+                  static_cast<unsigned long long>((*upstream)->QueriesFor("api.agents.example") - api_asked));
       // An upgrade (docs/operations.md): a second egressd beside the first
       // takes over its sockets and audit reader; the first exits, touching
       // nothing; the pod's DNS and policy never pause.
