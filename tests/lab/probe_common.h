@@ -136,6 +136,7 @@ void OpUnlink(const Op& op);
 void OpKill(const Op& op);
 void OpMkdir(const Op& op);
 void OpJoinCgroup(const Op& op);
+void OpRefuseClone3(const Op& op);
 void OpExec(const Op& op);
 void OpSleep(const Op& op);
 void OpInfo(const Op& op);

@@ -102,6 +102,8 @@ Other operations:
   write-file PATH TEXT [--create]   open(O_WRONLY) + write
   unlink PATH | mkdir PATH | kill PID SIG (number or name)
   join-cgroup DIR               write our pid to DIR/cgroup.procs, then go on
+  refuse-clone3                 a seccomp filter failing clone3 with ENOSYS (as container
+                                runtimes' profiles do), then go on
   open-write PATH               open(O_WRONLY) and close, writing nothing
   unix-path-connect PATH        connect to a pathname unix stream socket, send payload,
                                 read until EOF ("reply")
@@ -162,6 +164,7 @@ const std::vector<OpSpec>& Specs() {
       {"mkdir", {A::kText}, OpMkdir},
       {"kill", {A::kInt, A::kText}, OpKill},
       {"join-cgroup", {A::kText}, OpJoinCgroup},
+      {"refuse-clone3", {}, OpRefuseClone3},
       {"exec", {}, OpExec},
       {"sleep", {A::kInt}, OpSleep},
       {"info", {}, OpInfo},

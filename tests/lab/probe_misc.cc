@@ -1,5 +1,11 @@
 // Non-network operations: files, signals, cgroups, exec, sleep, info.
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -100,6 +106,41 @@ void OpJoinCgroup(const Op& op) {
     path += "/cgroup.procs";
   j.Str("path", path);
   WriteText(j, path, std::to_string(getpid()), false);
+}
+
+// A seccomp filter that fails clone3 with ENOSYS, as container runtimes'
+// default profiles do (Docker's, for years), then go on: what follows (an
+// `exec -- egressctl run ...`) runs without clone3, so `run` takes its
+// fallback of joining the sandbox cgroup by cgroup.procs.
+void OpRefuseClone3(const Op& op) {
+  Json j(op.name);
+  struct sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    j.Err(errno, "PR_SET_NO_NEW_PRIVS").Emit();
+    return;
+  }
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+    j.Err(errno, "PR_SET_SECCOMP").Emit();
+    return;
+  }
+  errno = 0;
+  const long r = syscall(SYS_clone3, nullptr, 0);
+  j.Str("clone3", r < 0 && errno == ENOSYS ? "ENOSYS" : "not refused");
+  if (r < 0 && errno == ENOSYS) {
+    j.Ok();
+  } else {
+    j.Err(errno, "clone3 still answers");
+  }
+  j.Emit();
 }
 
 void OpExec(const Op& op) {
