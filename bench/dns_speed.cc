@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 
 namespace egressd::bench {
@@ -66,6 +69,23 @@ LoadRun Load(const DnsLab& d, int idx, const std::string& name, int rate, double
 
 int64_t NowUnixNs() { return absl::ToUnixNanos(absl::Now()); }
 
+// Context switches of every thread of `pid` so far (voluntary: it slept;
+// involuntary: it was preempted), from /proc/PID/task/*/status.
+std::pair<double, double> ContextSwitches(pid_t pid) {
+  double vol = 0, invol = 0;
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    for (absl::string_view line : absl::StrSplit(Slurp(t.path().string() + "/status"), '\n')) {
+      double v = 0;
+      if (absl::ConsumePrefix(&line, "voluntary_ctxt_switches:") &&
+          absl::SimpleAtod(absl::StripAsciiWhitespace(line), &v)) vol += v;
+      if (absl::ConsumePrefix(&line, "nonvoluntary_ctxt_switches:") &&
+          absl::SimpleAtod(absl::StripAsciiWhitespace(line), &v)) invol += v;
+    }
+  }
+  return {vol, invol};
+}
+
 json Percentiles(const std::vector<double>& v) {
   if (v.empty()) return {{"n", 0}};
   return {{"n", v.size()}, {"p50", Quantile(v, 0.5)}, {"p99", Quantile(v, 0.99)},
@@ -80,10 +100,22 @@ json LatencyRow(DnsLab& d, bool allowed, int rate, const SpeedPlan& p, const std
   std::vector<double> map_us[3];
   std::map<std::string, double> lost, sent, late;
   // Open loop: egr-dns-load sends on its schedule, never waiting on an answer.
+  // egressd's proxy per answered query: CPU (all its threads) and context
+  // switches, each run's own.
+  std::vector<double> serve_cpu_us, serve_vol, serve_invol;
   Interleaved lat = Interleave(p.rounds, [&](int idx) {
+    const double c0 = idx == 2 ? ProcessCpuSeconds(d.serve_pid()) : 0;
+    const auto s0 = idx == 2 ? ContextSwitches(d.serve_pid()) : std::pair<double, double>{};
     const int64_t t0 = NowUnixNs();
     LoadRun r = Load(d, idx, qname, rate, p.seconds);
     const int64_t t1 = NowUnixNs();
+    if (idx == 2 && r.sent > r.lost) {
+      const auto s1 = ContextSwitches(d.serve_pid());
+      const double n = r.sent - r.lost;
+      serve_cpu_us.push_back((ProcessCpuSeconds(d.serve_pid()) - c0) * 1e6 / n);
+      serve_vol.push_back((s1.first - s0.first) / n);
+      serve_invol.push_back((s1.second - s0.second) / n);
+    }
     lost[kEnforcers[idx]] += r.lost;
     sent[kEnforcers[idx]] += r.sent;
     late[kEnforcers[idx]] += r.late;
@@ -129,6 +161,11 @@ json LatencyRow(DnsLab& d, bool allowed, int rate, const SpeedPlan& p, const std
     row["added_p99_us"][en] = Summary(d99);
   }
   for (const char* en : kEnforcers) row["lost"][en] = {{"lost", lost[en]}, {"sent", sent[en]}, {"late_sends", late[en]}};
+  if (!serve_cpu_us.empty()) {
+    row["egressd_serve_per_query"] = {{"cpu_us", Summary(serve_cpu_us)},
+                                      {"voluntary_switches", Summary(serve_vol)},
+                                      {"involuntary_switches", Summary(serve_invol)}};
+  }
   if (allowed) {
     row["answer_to_map_us"]["nftables"] = Percentiles(map_us[1]);
     row["answer_to_map_us"]["egressd"] = Percentiles(map_us[2]);

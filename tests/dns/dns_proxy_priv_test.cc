@@ -33,6 +33,7 @@
 #include "userspace/dns/qname_key.h"
 #include "userspace/dns/scope.h"
 #include "userspace/dns/self_test.h"
+#include "userspace/dns/upstream_socket.h"
 #include "userspace/policy/floor.h"
 
 namespace egressd::dns {
@@ -663,6 +664,86 @@ TEST_F(DnsProxyPriv, TcpStaysTcpAndUdpStaysUdp) {
     gone.set_value();
   });
   gone.get_future().get();
+}
+
+// The guards an upstream's sockets asked for, in memory: those in force and
+// every port ever guarded.
+class RecordingGuard : public UpstreamGuard {
+ public:
+  absl::Status Add(const net::IpAddr&, uint16_t port) override {
+    std::lock_guard<std::mutex> l(mu);
+    now.insert(port);
+    ever.insert(port);
+    return absl::OkStatus();
+  }
+  void Remove(const net::IpAddr&, uint16_t port) override {
+    std::lock_guard<std::mutex> l(mu);
+    now.erase(port);
+  }
+  std::mutex mu;
+  std::set<uint16_t> now, ever;
+};
+
+// UDP sockets prepared ahead for the one server (upstream_socket.h) keep
+// what a socket made for each query gave: one query after another, each has
+// a socket of its own on a port no other had (c-ares closes it once
+// answered), guarded while its query is out; a ready one waits unguarded
+// (a killed proxy leaves no guard for it) and no guard outlives the
+// upstream.  And they are used: all but the first query found one ready.
+// Fails with per-query sockets made on the query's path (prepared 0) and
+// with a socket kept open across queries (one port).
+TEST_F(DnsProxyPriv, PreparedUpstreamSocketsAreOnePerQueryAndGuarded) {
+  auto guard = std::make_shared<RecordingGuard>();
+  std::unique_ptr<Upstream> up;
+  std::promise<absl::Status> ready;
+  boost::asio::post(*io_, [&] {
+    UpstreamOptions uo;
+    uo.servers.push_back({Ip(kUpstream), 53});
+    uo.timeout_ms = 1000;
+    uo.guard = guard;
+    auto u = Upstream::Create(*io_, uo);
+    if (!u.ok()) return ready.set_value(u.status());
+    up = std::move(*u);
+    ready.set_value(absl::OkStatus());
+  });
+  ASSERT_TRUE(ready.get_future().get().ok());
+  constexpr int kQueries = 20;
+  for (int i = 0; i < kQueries; ++i) {
+    std::promise<absl::StatusOr<Bytes>> answered;
+    size_t guarded_while_out = 0;
+    const Bytes q = MakeQuery("allowed.example");
+    boost::asio::post(*io_, [&] {
+      up->Send(q, false, [&](absl::StatusOr<Bytes> a) {
+        {
+          std::lock_guard<std::mutex> l(guard->mu);
+          guarded_while_out = guard->now.size();  // its socket is closed after this
+        }
+        answered.set_value(std::move(a));
+      });
+    });
+    absl::StatusOr<Bytes> a = answered.get_future().get();
+    ASSERT_TRUE(a.ok()) << "query " << i << ": " << a.status();
+    EXPECT_EQ(guarded_while_out, 1u) << "query " << i << ": its socket, and only it, guarded while it was out";
+    EXPECT_THAT(Parse(*a).Addresses(), ::testing::ElementsAre("192.0.2.10")) << "query " << i;
+  }
+  std::promise<Upstream::UdpSockets> counted;
+  boost::asio::post(*io_, [&] { counted.set_value(up->udp_sockets()); });
+  const Upstream::UdpSockets n = counted.get_future().get();
+  EXPECT_GE(n.prepared, static_cast<uint64_t>(kQueries - 1)) << "the queries found no socket ready";
+  EXPECT_LE(n.made_for_query, 1u);
+  {
+    std::lock_guard<std::mutex> l(guard->mu);
+    EXPECT_GE(guard->ever.size(), static_cast<size_t>(kQueries)) << "queries shared a source port";
+    EXPECT_TRUE(guard->now.empty()) << "a socket no query holds is guarded: " << guard->now.size();
+  }
+  std::promise<void> gone;
+  boost::asio::post(*io_, [&] {
+    up.reset();
+    gone.set_value();
+  });
+  gone.get_future().get();
+  std::lock_guard<std::mutex> l(guard->mu);
+  EXPECT_TRUE(guard->now.empty()) << guard->now.size() << " guards outlived the upstream's sockets";
 }
 
 // The observer's answer-to-map time spans the map writes: a sink whose

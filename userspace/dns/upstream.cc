@@ -1,12 +1,15 @@
 #include "userspace/dns/upstream.h"
 
 #include <ares.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
@@ -86,6 +89,28 @@ void OnAnswer(void* arg, int status, int /*timeouts*/, unsigned char* abuf, int 
   }
 }
 
+// The server's address as c-ares 1.18 hands it to connect() (zeroed, then
+// family, port and address: ares_process.c open_socket).
+sockaddr_storage ServerAddress(const UpstreamServer& s, socklen_t& len) {
+  sockaddr_storage ss;
+  std::memset(&ss, 0, sizeof(ss));
+  const auto& b = s.addr.bytes();
+  if (s.addr.is_v4()) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(s.port);
+    std::memcpy(&a->sin_addr, b.data(), 4);
+    len = sizeof(sockaddr_in);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(s.port);
+    std::memcpy(&a->sin6_addr, b.data(), 16);
+    len = sizeof(sockaddr_in6);
+  }
+  return ss;
+}
+
 }  // namespace
 
 struct Upstream::Channel : std::enable_shared_from_this<Upstream::Channel> {
@@ -99,6 +124,7 @@ struct Upstream::Channel : std::enable_shared_from_this<Upstream::Channel> {
   std::map<int, std::shared_ptr<Watch>> watches;
   std::shared_ptr<UpstreamGuard> guard;  // kept alive while c-ares may close a socket
   GuardedSockets guarded;                // the socket functions' user data
+  bool refill_posted = false;            // a Refill() is waiting on the loop
 
   static void SockState(void* data, ares_socket_t fd, int readable, int writable) {
     auto* c = static_cast<Channel*>(data);
@@ -174,6 +200,7 @@ struct Upstream::Channel : std::enable_shared_from_this<Upstream::Channel> {
     ares_channel c = ch;
     ares_destroy(c);  // EDESTRUCTION to every pending query; closes sockets
     ch = nullptr;
+    guarded.Drain();
     timer.cancel();
     for (auto& [fd, w] : watches) {
       w->alive = false;
@@ -217,6 +244,23 @@ absl::StatusOr<std::unique_ptr<Upstream>> Upstream::Create(asio::io_context& io,
       c->guard = opts.guard;
       c->guarded.guard = c->guard.get();
       ares_set_socket_functions(c->ch, GuardedSocketFunctions(), &c->guarded);
+      // UDP sockets prepared ahead for a single server (upstream_socket.h),
+      // made on this loop after the query that took one has left.
+      if (!tcp && opts.servers.size() == 1 && opts.socket_mark == 0) {
+        c->guarded.ready_server = ServerAddress(opts.servers[0], c->guarded.ready_server_len);
+        std::weak_ptr<Channel> weak = c;
+        c->guarded.refill = [weak] {
+          auto self = weak.lock();
+          if (!self || self->refill_posted) return;
+          self->refill_posted = true;
+          asio::post(self->io, [weak] {
+            auto ch = weak.lock();
+            if (!ch) return;
+            ch->refill_posted = false;
+            if (ch->ch != nullptr) ch->guarded.Refill();
+          });
+        };
+      }
     } else {
       ares_set_socket_functions(c->ch, InterfaceBoundSocketFunctions(), nullptr);
     }
@@ -238,6 +282,10 @@ absl::StatusOr<std::unique_ptr<Upstream>> Upstream::Create(asio::io_context& io,
 Upstream::~Upstream() {
   if (udp_) udp_->Destroy();
   if (tcp_) tcp_->Destroy();
+}
+
+Upstream::UdpSockets Upstream::udp_sockets() const {
+  return UdpSockets{udp_->guarded.ready_used, udp_->guarded.fresh_made};
 }
 
 void Upstream::Send(std::span<const uint8_t> query, bool tcp, Callback done) {

@@ -64,6 +64,13 @@ class Upstream {
   // query per client query, and the client retries over TCP itself.
   void Send(std::span<const uint8_t> query, bool tcp, Callback done);
 
+  // The UDP sockets c-ares was given so far: prepared ahead (one guarded
+  // server: upstream_socket.h GuardedSockets) or made for the query at hand.
+  struct UdpSockets {
+    uint64_t prepared = 0, made_for_query = 0;
+  };
+  UdpSockets udp_sockets() const;
+
   struct Channel;
 
  private:

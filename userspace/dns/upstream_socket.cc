@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -137,8 +138,12 @@ std::pair<net::IpAddr, uint16_t> AddrOf(const sockaddr_storage& ss) {
   return {net::IpAddr::V4(b), ntohs(a->sin_port)};
 }
 
-int GuardedConnect(ares_socket_t fd, const sockaddr* addr, ares_socklen_t len, void* data) {
-  auto* g = static_cast<GuardedSockets*>(data);
+// Routes, binds and (unless `defer_guard`) guards `fd`, then connects it.
+// Deferred (a UDP socket prepared ahead: connect() sends nothing), the
+// guard is written when c-ares takes the socket, before its first packet
+// (TakeReady); `*bound` says what it will name.
+int GuardedConnectFresh(ares_socket_t fd, const sockaddr* addr, ares_socklen_t len, GuardedSockets* g,
+                        bool defer_guard = false, std::pair<net::IpAddr, uint16_t>* bound_to = nullptr) {
   auto fail = [](int e, const std::string& why) {
     spdlog::warn("dns: upstream socket not connected: {}", why);
     errno = e;
@@ -172,6 +177,10 @@ int GuardedConnect(ares_socket_t fd, const sockaddr* addr, ares_socklen_t len, v
     return fail(e, absl::StrCat("getsockname: ", std::strerror(e)));
   }
   const auto [src, port] = AddrOf(bound);
+  if (defer_guard) {
+    *bound_to = {src, port};
+    return connect(fd, addr, len);
+  }
   // The guard before the first packet (a TCP SYN leaves at connect()).
   if (absl::Status s = g->guard->Add(src, port); !s.ok()) {
     return fail(absl::IsAlreadyExists(s) ? EADDRINUSE : EPERM,
@@ -182,14 +191,82 @@ int GuardedConnect(ares_socket_t fd, const sockaddr* addr, ares_socklen_t len, v
 }
 
 // Closed first, unguarded after: a guard outlives its socket.
-int GuardedClose(ares_socket_t fd, void* data) {
-  auto* g = static_cast<GuardedSockets*>(data);
+int CloseGuarded(GuardedSockets* g, int fd) {
   const int rc = close(fd);
   if (auto it = g->held.find(fd); it != g->held.end()) {
     g->guard->Remove(it->second.first, it->second.second);
     g->held.erase(it);
   }
   return rc;
+}
+
+// c-ares closes a UDP socket once its last query is answered (the answer
+// is the client's by then): the next ready one is made after it, off every
+// query's path.
+int GuardedClose(ares_socket_t fd, void* data) {
+  auto* g = static_cast<GuardedSockets*>(data);
+  g->taken.erase(fd);
+  const int rc = CloseGuarded(g, fd);
+  if (g->refill && g->ready.size() < GuardedSockets::kReadySockets) g->refill();
+  return rc;
+}
+
+bool SameAddress(const sockaddr* a, socklen_t alen, const sockaddr_storage& b, socklen_t blen) {
+  return alen == blen && std::memcmp(a, &b, alen) == 0;
+}
+
+// A ready socket for the one server (its family, UDP) when there is one
+// young enough, else a fresh one; the loop is asked to prepare the next.
+ares_socket_t GuardedSocket(int family, int type, int protocol, void* data) {
+  auto* g = static_cast<GuardedSockets*>(data);
+  if (g->ready_server && type == SOCK_DGRAM && family == g->ready_server->ss_family) {
+    const auto now = std::chrono::steady_clock::now();
+    while (!g->ready.empty()) {
+      const GuardedSockets::Ready r = g->ready.front();
+      g->ready.erase(g->ready.begin());
+      if (now - r.made > GuardedSockets::kReadyMaxAge) {
+        close(r.fd);
+        continue;
+      }
+      // Guarded now, before its first packet; what reached it unguarded
+      // while it waited (a forgery sprayed at its port) is read and dropped
+      // once the guard keeps every sandbox out.
+      if (absl::Status s = g->guard->Add(r.addr, r.port); !s.ok()) {
+        spdlog::warn("dns: prepared upstream socket {} port {} not guarded: {}", r.addr.ToString(), r.port,
+                     s.ToString());
+        close(r.fd);
+        continue;
+      }
+      g->held[r.fd] = {r.addr, r.port};
+      char drop[512];
+      while (recv(r.fd, drop, sizeof(drop), MSG_DONTWAIT) >= 0) {
+      }
+      g->taken.insert(r.fd);
+      ++g->ready_used;
+      return r.fd;
+    }
+    // None ready (the first query, or a burst used them): this one is made
+    // now, the next ready ones once the loop is free.
+    if (g->refill) g->refill();
+  }
+  if (type == SOCK_DGRAM) ++g->fresh_made;
+  return socket(family, type | SOCK_CLOEXEC, protocol);
+}
+
+// A ready socket is connected to the one server already (routed, bound and
+// guarded before it): c-ares connecting it there is done.  Anything else is
+// made the usual way.
+int GuardedConnect(ares_socket_t fd, const sockaddr* addr, ares_socklen_t len, void* data) {
+  auto* g = static_cast<GuardedSockets*>(data);
+  if (g->taken.erase(fd) > 0) {
+    if (SameAddress(addr, len, *g->ready_server, g->ready_server_len)) return 0;
+    // Not the server it was made for (never with one server): c-ares gets
+    // an error for it and moves on, as for any socket that cannot connect.
+    spdlog::warn("dns: a prepared upstream socket asked to connect elsewhere");
+    errno = ENETUNREACH;
+    return -1;
+  }
+  return GuardedConnectFresh(fd, addr, len, g);
 }
 
 ares_ssize_t RecvFrom(ares_socket_t fd, void* buf, size_t len, int flags, sockaddr* from, ares_socklen_t* fromlen,
@@ -200,9 +277,29 @@ ares_ssize_t RecvFrom(ares_socket_t fd, void* buf, size_t len, int flags, sockad
 ares_ssize_t SendV(ares_socket_t fd, const iovec* iov, int iovcnt, void*) { return writev(fd, iov, iovcnt); }
 
 const ares_socket_functions kFunctions = {&Socket, &Close, &Connect, &RecvFrom, &SendV};
-const ares_socket_functions kGuarded = {&Socket, &GuardedClose, &GuardedConnect, &RecvFrom, &SendV};
+const ares_socket_functions kGuarded = {&GuardedSocket, &GuardedClose, &GuardedConnect, &RecvFrom, &SendV};
 
 }  // namespace
+
+void GuardedSockets::Refill() {
+  if (!ready_server) return;
+  const auto* server = reinterpret_cast<const sockaddr*>(&*ready_server);
+  while (ready.size() < kReadySockets) {
+    const int fd = socket(server->sa_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return;
+    std::pair<net::IpAddr, uint16_t> bound;
+    if (GuardedConnectFresh(fd, server, ready_server_len, this, /*defer_guard=*/true, &bound) != 0) {
+      close(fd);
+      return;
+    }
+    ready.push_back({fd, std::chrono::steady_clock::now(), bound.first, bound.second});
+  }
+}
+
+void GuardedSockets::Drain() {
+  for (const Ready& r : ready) close(r.fd);  // never guarded
+  ready.clear();
+}
 
 const ares_socket_functions* InterfaceBoundSocketFunctions() { return &kFunctions; }
 const ares_socket_functions* GuardedSocketFunctions() { return &kGuarded; }

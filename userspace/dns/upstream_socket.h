@@ -25,8 +25,13 @@
 
 #include <ares.h>
 
+#include <chrono>
+#include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "userspace/net/ip.h"
@@ -45,9 +50,51 @@ class UpstreamGuard {
 };
 
 // One c-ares channel's guarded sockets (its socket functions' user data).
+//
+// c-ares 1.18 opens a UDP socket for a query when none is open and closes it
+// when its last query is answered, so at a steady rate where queries rarely
+// overlap every query had its own socket: a fresh random source port each
+// (the defence against forged answers that per-query ports give), but the
+// setup before its query could leave (socket, a netlink route lookup, a
+// probe socket for the source address, bind, the guard's map write,
+// connect: ~20 system calls) was on the query's path: most of the proxy's
+// added p50 at 1k queries/s (bench/results/2026-12-03-dns-notes.md).  With a
+// single server the UDP sockets are prepared ahead instead: a few ready
+// ones (routed, bound and connected exactly as above: a UDP connect()
+// sends nothing), each used for one socket's life as c-ares would have used
+// a fresh one and then closed; the loop prepares the next once c-ares
+// closed one (its query answered) or found none ready (`refill`).  A ready
+// socket is guarded when c-ares takes it, before its first packet, and what
+// reached it before is read and dropped then; so a waiting one holds no
+// guard, and a killed proxy leaves none for it.  One older than
+// kReadyMaxAge is not used (the route may have changed): closed, and a
+// fresh one made the usual way.
 struct GuardedSockets {
   UpstreamGuard* guard = nullptr;
   std::map<int, std::pair<net::IpAddr, uint16_t>> held;  // fd -> its guard
+
+  // The one UDP server sockets are prepared for (unset: none prepared).
+  std::optional<sockaddr_storage> ready_server;
+  socklen_t ready_server_len = 0;
+  // Schedules Refill() on the channel's loop, after the current handler.
+  std::function<void()> refill;
+  struct Ready {
+    int fd;
+    std::chrono::steady_clock::time_point made;
+    net::IpAddr addr;  // what its guard will name
+    uint16_t port;
+  };
+  std::vector<Ready> ready;
+  std::set<int> taken;  // handed to c-ares from `ready`, not yet connected
+  static constexpr size_t kReadySockets = 2;
+  static constexpr std::chrono::seconds kReadyMaxAge{1};
+  uint64_t ready_used = 0, fresh_made = 0;  // UDP sockets c-ares got each way
+
+  // Prepares sockets until kReadySockets are ready (or one fails: the next
+  // query makes its own and reports why).
+  void Refill();
+  // Closes the ready ones (unguarded while they wait).
+  void Drain();
 };
 
 // The interface index the kernel's routing table sends `dst` over (netlink

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Interleaved A/B of `egressctl dns serve` builds on the DNS speed rows
+# (bench/results/2026-12-03-dns-notes.md): N alternations, each one short
+# `bench/run.sh --quick --only dnsspeed` per build (allowed names, 1k and 5k
+# q/s, ROUNDS rounds of 2 s), the build's serve started through
+# EGR_BENCH_SERVE_PREFIX; then the medians per build over every round: added
+# p50/p99 (run minus the same round's floor), and dns serve's CPU and context
+# switches per answered query.
+#   bench/profile/dns_speed_ab.sh OUT_DIR N NAME=EGRESSCTL_BINARY...
+# e.g. copy build/tools/egressctl/egressctl to /tmp/egressctl-old before a
+# change and to /tmp/egressctl-new after, then
+#   bench/profile/dns_speed_ab.sh /tmp/ab 3 old=/tmp/egressctl-old new=/tmp/egressctl-new
+# Run as root on a machine as quiet as you can get; say what the load was.
+set -euo pipefail
+out=$1 n=$2
+shift 2
+cd "$(dirname "$0")/../.."
+mkdir -p "$out"
+for v in "$@"; do
+  name=${v%%=*} bin=${v#*=}
+  printf '#!/bin/sh\nshift\nexec %q "$@"\n' "$bin" >"$out/$name-serve"
+  chmod +x "$out/$name-serve"
+done
+for ((i = 1; i <= n; i++)); do
+  for v in "$@"; do
+    name=${v%%=*}
+    echo "$(date +%T) $name $i load $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/log"
+    BENCH_OUT=$out/$name-$i EGR_BENCH_DNSSPEED_ROUNDS=${ROUNDS:-3} EGR_BENCH_DNSSPEED_SECONDS=2 \
+      EGR_BENCH_DNSSPEED_NO_SEARCH=1 EGR_BENCH_DNSSPEED_ALLOWED_ONLY=1 EGR_BENCH_SERVE_PREFIX=$out/$name-serve \
+      bench/run.sh --quick --only dnsspeed >"$out/$name-$i.log" 2>&1 || echo "run $name $i failed: $out/$name-$i.log" >&2
+  done
+done
+python3 - "$out" <<'PY'
+import collections, glob, json, os, statistics, sys
+agg = collections.defaultdict(lambda: collections.defaultdict(list))
+for f in sorted(glob.glob(sys.argv[1] + "/*/*-dns-speed.json")):
+    name = os.path.basename(os.path.dirname(f)).rsplit("-", 1)[0]
+    for rate, c in json.load(open(f))["dns_speed"]["allowed"]["latency"].items():
+        d = agg[(int(rate), name)]
+        d["added p50 us"] += c["added_p50_us"]["egressd"]["samples"]
+        d["added p99 us"] += c["added_p99_us"]["egressd"]["samples"]
+        d["nft added p99 us"] += c["added_p99_us"]["nftables"]["samples"]
+        s = c.get("egressd_serve_per_query")
+        if s:
+            d["serve cpu us/q"] += s["cpu_us"]["samples"]
+            d["voluntary sw/q"] += s["voluntary_switches"]["samples"]
+            d["involuntary sw/q"] += s["involuntary_switches"]["samples"]
+for (rate, name), d in sorted(agg.items()):
+    print(f"{rate}/s {name}: " + "  ".join(f"{k} {statistics.median(v):.2f}" for k, v in d.items() if v) +
+          f"  (rounds {len(d['added p99 us'])})")
+PY
