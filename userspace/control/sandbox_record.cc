@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -367,13 +368,21 @@ absl::StatusOr<uint64_t> RecordsGeneration(const SandboxRecords& records) {
 }
 
 // Not fsynced: the counter matters only to processes running now (a
-// restarted one builds its index afresh).
+// restarted one builds its index afresh).  A counter made anew (the file
+// was removed) starts at a random value, not 0: counting up again from 0
+// could reach a value an index or the DNS port ledger was current with, and
+// a file made anew may even get the old one's inode number back, so they
+// would trust what no longer holds (dns_port_ledger_test failed that way
+// 2 runs in 6 on ext4).  Only equality is ever asked of the counter.
 static absl::Status BumpGeneration(const std::string& dir) {
   const std::string path = dir + "/generation";
   UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("open ", path));
   uint64_t g = 0;
-  if (pread(fd.get(), &g, sizeof(g), 0) != sizeof(g)) g = 0;
+  if (pread(fd.get(), &g, sizeof(g), 0) != sizeof(g)) {
+    if (getrandom(&g, sizeof(g), 0) != sizeof(g)) return ErrnoStatus(errno, "getrandom for " + path);
+    g >>= 2;  // room to count up
+  }
   ++g;
   if (pwrite(fd.get(), &g, sizeof(g), 0) != sizeof(g)) return ErrnoStatus(errno, absl::StrCat("write ", path));
   return absl::OkStatus();
