@@ -69,7 +69,7 @@ TEST(QnameKey, IdsDependOnTheKeyAndAreNotTheUnkeyedNameId) {
 
 TEST(QnameKey, LoadOrCreateMakesOnePrivateKeyEveryLoadShares) {
   TempDir dir;
-  const std::string path = QnameKey::PathIn(dir.path() + "/run");  // the directory is made too
+  const std::string path = QnameKey::PathIn(dir.path());
   auto first = QnameKey::LoadOrCreate(path);
   ASSERT_TRUE(first.ok()) << first.status();
   struct stat st {};
@@ -105,6 +105,14 @@ TEST(QnameKey, RacingCreatorsAgreeOnOneKey) {
   EXPECT_EQ(std::set<uint32_t>(ids.begin(), ids.end()).size(), 1u);
   EXPECT_EQ(access(path.c_str(), F_OK), 0);
   EXPECT_EQ(std::system(("test $(ls -A '" + dir.path() + "' | wc -l) -eq 1").c_str()), 0) << "no temporary file left";
+}
+
+TEST(QnameKey, AMissingDirectoryIsAnErrorNamingIt) {
+  TempDir dir;
+  const std::string path = QnameKey::PathIn(dir.path() + "/gone");
+  auto k = QnameKey::LoadOrCreate(path);
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.status().message().find(dir.path() + "/gone"), std::string::npos) << k.status();
 }
 
 TEST(QnameKey, ADamagedKeyFileIsRefusedByNameAndLeftAsItIs) {

@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "userspace/common/errors.h"
-#include "userspace/common/node.h"
 #include "userspace/common/unique_fd.h"
 
 namespace egressd::dns {
@@ -95,9 +94,6 @@ absl::StatusOr<QnameKey::Bytes> LoadOrCreateBytes(const std::string& path) {
     QnameKey::Bytes key{};
     if (getrandom(key.data(), key.size(), 0) != static_cast<ssize_t>(key.size())) {
       return ErrnoStatus(errno, "getrandom for the DNS question-name key");
-    }
-    if (const size_t slash = path.rfind('/'); slash != std::string::npos && slash > 0) {
-      EGR_RETURN_IF_ERROR(MakeDirs(path.substr(0, slash), 0700));
     }
     uint32_t tag = 0;
     std::memcpy(&tag, key.data(), sizeof(tag));  // two threads of one process race too

@@ -32,7 +32,9 @@ class QnameKey {
   // The key at `path`, or a new random one written there (mode 0600) when
   // there is none: several processes may race to create it; all end up with
   // the one that was linked in first.  A file of another size is an error
-  // naming it (nothing is overwritten).
+  // naming it (nothing is overwritten).  The directory must exist (the
+  // instance's runtime directory, made by whoever takes the instance lock
+  // or starts the daemon).
   static absl::StatusOr<std::shared_ptr<const QnameKey>> LoadOrCreate(const std::string& path);
   // The file LoadOrCreate uses for an instance's runtime directory.
   static std::string PathIn(const std::string& runtime_dir) { return runtime_dir + "/dns-qname.key"; }
