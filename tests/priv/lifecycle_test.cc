@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -129,7 +130,21 @@ TEST_F(Lifecycle, SigkillOfTheLoadingProcessLeavesEnforcementUnchanged) {
   bg->Wait(milliseconds(3000));
   EXPECT_TRUE(absl::StrContains(CtlAt(dirs, {"status"}).out, "sandbox"));
   EXPECT_EQ(CtlAt(dirs, {"sandbox", "remove", "--cgroup", cg}).exit_code, 0);
-  rmdir(cg.c_str());
+  // cgroup.kill only starts the killing: the cgroup is removable once empty
+  // (a bare rmdir raced the dying processes and left one empty run-* cgroup
+  // on the node about every other run of the suite).
+  EXPECT_TRUE(Lab::WaitFor(
+      [&] {
+        std::ifstream events(cg + "/cgroup.events");
+        std::string line;
+        while (std::getline(events, line)) {
+          if (line == "populated 0") return true;
+        }
+        return false;
+      },
+      milliseconds(int(10000 * TimeScale()))))
+      << cg << " still holds processes";
+  EXPECT_EQ(rmdir(cg.c_str()), 0) << cg << ": " << strerror(errno);
   EXPECT_EQ(CtlAt(dirs, {"unload"}).exit_code, 0);
   EXPECT_FALSE(Exists(pins));
 }
