@@ -29,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -130,6 +131,52 @@ class DaemonEndpoints : public ::testing::Test {
     return lab::Run(spec);
   }
 
+  // A follow=1 stream of GET /v1/audit?<query>, read on a thread of its own
+  // until `awaited` says a line is the one waited for (then it hangs up).
+  // Open() returns once the daemon counts the stream; Finish() waits up to
+  // `timeout` for the awaited line (stopping the daemon, which ends the
+  // stream, if it never comes) and joins.
+  struct Follow {
+    std::optional<nlohmann::json> seen;
+    uint64_t seen_at_ns = 0;  // CLOCK_BOOTTIME when that line was read
+    std::atomic<bool> opened{false}, finished{false};
+    absl::Status streamed;
+    std::thread reader;
+  };
+  void Open(Follow& f, const std::string& query, std::function<bool(const nlohmann::json&)> awaited) {
+    f.reader = std::thread([this, &f, query, awaited] {
+      struct Done {
+        std::atomic<bool>& f;
+        ~Done() { f = true; }
+      } done{f.finished};
+      f.streamed = daemon::StreamAudit(
+          socket(), "/v1/audit?" + query,
+          [&](const std::string& line) {
+            timespec ts{};
+            clock_gettime(CLOCK_BOOTTIME, &ts);
+            const uint64_t now = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+            auto j = nlohmann::json::parse(line, nullptr, false);
+            if (j.is_discarded() || !awaited(j)) return true;
+            f.seen = j;
+            f.seen_at_ns = now;
+            return false;  // what we waited for: hang up
+          },
+          [&] { f.opened = true; });
+    });
+    ASSERT_TRUE(Lab::WaitFor([&] { return f.opened.load() || !f.streamed.ok(); })) << f.streamed;
+    ASSERT_TRUE(Lab::WaitFor([&] { return Call("GET", "/v1/status").body.value("audit_streams", 0) == 1; }));
+  }
+  void Finish(Follow& f, std::chrono::milliseconds timeout, const std::string& what) {
+    if (!Lab::WaitFor([&] { return f.finished.load(); }, timeout)) {
+      ADD_FAILURE() << what << " never came on the stream";
+      daemon_->Stop();  // ends the stream, so the reader returns
+      daemon_.reset();
+    }
+    f.reader.join();
+    ASSERT_TRUE(f.streamed.ok()) << f.streamed;
+    ASSERT_TRUE(f.seen.has_value());
+  }
+
   static inline uint16_t port_ = 0;
   static inline std::string config_;
   std::optional<lab::Background> daemon_;
@@ -143,36 +190,13 @@ TEST_F(DaemonEndpoints, AuditStreamsFollowedAndFilteredLinesAndEgressctlAuditRea
   ASSERT_NE(cgid, 0u);
 
   // A follow=1 stream of this sandbox's denials, open before the connect.
-  std::optional<nlohmann::json> seen;
-  std::atomic<bool> opened{false}, finished{false};
-  absl::Status streamed;
-  std::thread reader([&] {
-    struct Done {
-      std::atomic<bool>& f;
-      ~Done() { f = true; }
-    } done{finished};
-    streamed = daemon::StreamAudit(
-        socket(), "/v1/audit?follow=1&sandbox=audited&verdict=deny&type=connect",
-        [&](const std::string& line) {
-          auto j = nlohmann::json::parse(line, nullptr, false);
-          if (j.is_discarded() || j["IP"].value("destination", "") != lab::kPublicB4) return true;
-          seen = j;
-          return false;  // what we waited for: hang up
-        },
-        [&] { opened = true; });
-  });
-  ASSERT_TRUE(Lab::WaitFor([&] { return opened.load() || !streamed.ok(); })) << streamed;
-  ASSERT_TRUE(Lab::WaitFor([&] { return Call("GET", "/v1/status").body.value("audit_streams", 0) == 1; }));
+  Follow f;
+  Open(f, "follow=1&sandbox=audited&verdict=deny&type=connect",
+       [](const nlohmann::json& j) { return j["IP"].value("destination", "") == lab::kPublicB4; });
   EXPECT_TRUE(Ok(ConnectFrom(cg, lab().pod().netns, lab::kPublicA4, 80))) << "allowed: filtered out by verdict";
   EXPECT_EQ(Errno(ConnectFrom(cg, lab().pod().netns, lab::kPublicB4, 80)), "EPERM");
-  if (!Lab::WaitFor([&] { return finished.load(); })) {
-    ADD_FAILURE() << "the denied connect never came on the stream";
-    daemon_->Stop();  // ends the stream, so the reader returns
-    daemon_.reset();
-  }
-  reader.join();
-  ASSERT_TRUE(streamed.ok()) << streamed;
-  ASSERT_TRUE(seen.has_value());
+  Finish(f, 3000ms, "the denied connect");
+  nlohmann::json* seen = &*f.seen;
   EXPECT_EQ((*seen)["sandbox"].value("id", uint64_t{0}), cgid);
   EXPECT_EQ(seen->value("verdict", ""), "deny");
   EXPECT_EQ(seen->value("type", ""), "connect");
@@ -229,46 +253,16 @@ TEST_F(DaemonEndpoints, AuditStreamsFollowedAndFilteredLinesAndEgressctlAuditRea
 // kernel.boot_ns; the bound scales with EGR_TIME_SCALE.
 TEST_F(DaemonEndpoints, ALoneConnectIsOnTheStreamWithinTheDaemonsDrainPeriod) {
   const uint64_t bound_ns = static_cast<uint64_t>(250e6 * lab::TimeScale());
-  auto boot_ns = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-  };
   StartDaemon();
   const std::string cg = Put("alone", {{"egress", {lab::kPublicA4}}});
-  std::optional<nlohmann::json> seen;
-  uint64_t seen_at = 0;
-  std::atomic<bool> opened{false}, finished{false};
-  absl::Status streamed;
-  std::thread reader([&] {
-    struct Done {
-      std::atomic<bool>& f;
-      ~Done() { f = true; }
-    } done{finished};
-    streamed = daemon::StreamAudit(
-        socket(), "/v1/audit?follow=1&sandbox=alone&verdict=allow&type=connect",
-        [&](const std::string& line) {
-          const uint64_t now = boot_ns();
-          auto j = nlohmann::json::parse(line, nullptr, false);
-          if (j.is_discarded() || j["IP"].value("destination", "") != lab::kPublicA4) return true;
-          seen = j;
-          seen_at = now;
-          return false;
-        },
-        [&] { opened = true; });
-  });
-  ASSERT_TRUE(Lab::WaitFor([&] { return opened.load() || !streamed.ok(); })) << streamed;
-  ASSERT_TRUE(Lab::WaitFor([&] { return Call("GET", "/v1/status").body.value("audit_streams", 0) == 1; }));
+  Follow f;
+  Open(f, "follow=1&sandbox=alone&verdict=allow&type=connect",
+       [](const nlohmann::json& j) { return j["IP"].value("destination", "") == lab::kPublicA4; });
   EXPECT_TRUE(Ok(ConnectFrom(cg, lab().pod().netns, lab::kPublicA4, 80)));
-  if (!Lab::WaitFor([&] { return finished.load(); },
-                    std::chrono::milliseconds(static_cast<long long>(5000 * lab::TimeScale())))) {
-    ADD_FAILURE() << "the allowed connect never came on the stream (5 s)";
-    daemon_->Stop();  // ends the stream, so the reader returns
-    daemon_.reset();
-  }
-  reader.join();
-  ASSERT_TRUE(streamed.ok()) << streamed;
-  ASSERT_TRUE(seen.has_value());
+  Finish(f, std::chrono::milliseconds(static_cast<long long>(5000 * lab::TimeScale())),
+         "the allowed connect (5 s)");
+  nlohmann::json* seen = &*f.seen;
+  const uint64_t seen_at = f.seen_at_ns;
   const uint64_t at = (*seen)["kernel"].value("boot_ns", uint64_t{0});
   ASSERT_NE(at, 0u) << seen->dump();
   const uint64_t late = seen_at > at ? seen_at - at : 0;
