@@ -47,12 +47,8 @@ for x in empty full; do
   env $(inst $x) nsenter --net="/var/run/netns/$tag-$x" "$ctl" load >/dev/null 2>&1
 done
 task=$work/axis.yaml
-{
-  echo "egress:"
-  echo "  allow:"
-  for i in $(seq 0 99); do echo "    - 10.$((i / 256)).$((i % 256)).0/24"; done
-  for i in $(seq 0 49); do echo "    - svc-$i.bench.example"; done
-} > "$task"
+. bench/profile/axis_task.sh  # the script runs from the repository root
+write_axis_task "$task"
 t0=$(date +%s)
 for i in $(seq 0 $((n - 1))); do
   mkdir -p "$cgroot/sb-$i"

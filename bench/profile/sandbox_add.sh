@@ -39,12 +39,8 @@ ip netns add "$node"
 mkdir -p "$cgroot"
 nsenter --net="$EGRESSD_NODE_NETNS" "${ctls[0]}" load >/dev/null
 task=$out/axis.yaml
-{
-  echo "egress:"
-  echo "  allow:"
-  for i in $(seq 0 99); do echo "    - 10.$((i / 256)).$((i % 256)).0/24"; done
-  for i in $(seq 0 49); do echo "    - svc-$i.bench.example"; done
-} > "$task"
+. bench/profile/axis_task.sh  # the script runs from the repository root
+write_axis_task "$task"
 flags=(--policy "$task" --egress 192.0.2.10)
 
 python3 - "$stages" "$reps" "$out" "$cgroot" "$task" "${ctls[@]}" <<'PY' | tee "$out/sandbox-add.json"
