@@ -47,7 +47,8 @@ class QnameKey {
 
   // The id of a question name as the proxy holds it (lower case, no trailing
   // dot): SipHash-2-4's 64-bit tag, its low 32 bits; never 0 (0 is "not
-  // known" in the map).
+  // known" in the map).  ~130 ns here (a copy of the keyed context, one
+  // update, the final): once per answer, beside a map write of ~4 µs.
   uint32_t Id(std::string_view name) const;
 
  private:

@@ -248,9 +248,9 @@ struct PidnsHandshake {
 // a clone into the cgroup.  Called in a process fork() made (one thread, so
 // a raw clone3, which glibc 2.36 does not wrap and whose child skips glibc's
 // fork handlers, leaves no lock held by another thread).  Returns the
-// child's pid in the parent, 0 in the child, -1 with errno where clone3 or
-// the flag is refused (a seccomp filter, an older kernel): the caller joins
-// by cgroup.procs then.
+// child's pid in the parent, 0 in the child, -1 with errno where it fails
+// (a seccomp filter, an older kernel, the cgroup itself): the caller joins
+// by cgroup.procs then, which reports a cgroup it cannot join.
 pid_t CloneIntoCgroup(const std::string& cgroup_dir) {
   int cg = open(cgroup_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (cg < 0) return -1;
