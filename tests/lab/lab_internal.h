@@ -50,7 +50,8 @@ class Counters {
   void TcpAccept(const Addr16& local, uint16_t port);
   void UdpDatagram(const Addr16& dst, uint16_t port);
   void Packet(const CapturedPacket& p);
-  void Marker(std::string token);  // kept across Reset()
+  void Marker(std::string token);          // the marker server read it; kept across Reset()
+  void CapturedMarker(std::string token);  // the capture counted it; kept across Reset()
   void Reset();
 
   uint64_t Tcp(const Addr16& a, uint16_t port) const;
@@ -59,13 +60,17 @@ class Counters {
   uint64_t FlowsOpened(const Addr16& a) const;
   std::vector<CapturedPacket> Log() const;
   std::string Summary() const;
-  // Waits until Marker(token) was seen (true) or the timeout passes.
+  // Waits until both the marker server and the capture saw `token` (true) or
+  // the timeout passes. The two are separate threads reading separate sockets:
+  // the server's read alone says nothing of what the capture has counted, so
+  // a drain that waited only for it let a packet be counted after a Reset()
+  // or after a "nothing arrived" check (CI: LabTest.ResetCountersZeroesEverything).
   bool WaitMarker(const std::string& token, std::chrono::milliseconds timeout) const;
 
  private:
   mutable std::mutex mu_;
   mutable std::condition_variable marker_cv_;
-  std::set<std::string> markers_;
+  std::set<std::string> markers_, captured_markers_;
   std::map<Addr16, uint64_t> flows_opened_;
   std::map<std::pair<Addr16, uint16_t>, uint64_t> tcp_, udp_;
   // (dst, proto, first_header, has_options)

@@ -1,6 +1,7 @@
 // Proves the lab without egressd: topology, servers, capture, probe, cgroups,
 // process runner and cleanup. Needs root with CAP_SYS_ADMIN (skips otherwise,
 // fails instead when REQUIRE_BPF=1).
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -13,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "lab.h"
 
@@ -642,11 +644,35 @@ TEST_F(LabTest, BatchAndThenRunInOrder) {
   EXPECT_EQ(lines[2]["op"], "sh");
 }
 
+// Drain's contract: what was sent before it returns is counted. The marker
+// server and the capture are separate threads on separate sockets; a drain
+// that waited only for the server returned, now and then, before the capture
+// had counted the marker itself (or anything sent just before it).
+TEST_F(LabTest, DrainReturnsOnlyAfterTheCaptureCountedItsMarkers) {
+  for (int round = 0; round < 200; ++round) {
+    lab_->ResetCounters();
+    ASSERT_TRUE(lab_->Drain().ok());
+    ASSERT_GE(lab_->PacketsTo(kWorldLinkV4, IPPROTO_UDP), 1u) << "round " << round;
+    ASSERT_GE(lab_->PacketsTo(kWorldLinkV6, IPPROTO_UDP), 1u) << "round " << round;
+  }
+}
+
 TEST_F(LabTest, ResetCountersZeroesEverything) {
   P({"tcp", kPublicA4, "80"});
   P({"udp-sendto", kPublicA4, "7000"});
   ASSERT_TRUE(Lab::WaitFor([&] {
     return lab_->TcpAccepts(kPublicA4, 80) == 1 && lab_->UdpDatagrams(kPublicA4, 7000) == 1;
+  }));
+  // The connection's last packet (the client's ACK of the server's FIN) leaves
+  // when the client's socket enters TIME-WAIT; wait for that, or it can arrive
+  // after the reset (the server closes on its own schedule).
+  ASSERT_TRUE(Lab::WaitFor([&] {
+    RunSpec ss;
+    ss.argv = {"ss", "-Htan", "dst", kPublicA4};
+    ss.netns = lab_->client_netns();
+    RunResult r = lab::Run(ss);
+    std::vector<std::string> sockets = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+    return r.exit_code == 0 && sockets.size() == 1 && absl::StartsWith(sockets[0], "TIME-WAIT");
   }));
   ASSERT_TRUE(lab_->Drain().ok());
   lab_->ResetCounters();

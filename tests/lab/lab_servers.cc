@@ -257,7 +257,10 @@ class Servers {
 
 // ---- capture ------------------------------------------------------------------------
 
-CapturedPacket ParseIPv6(const uint8_t* p, size_t len) {
+// Each parser reports where the upper-layer header starts (`*l4`, 0 when there
+// is none), so the capture can read a drain marker's payload.
+CapturedPacket ParseIPv6(const uint8_t* p, size_t len, size_t* l4) {
+  *l4 = 0;
   CapturedPacket c;
   c.v6 = true;
   c.length = len;
@@ -266,6 +269,7 @@ CapturedPacket ParseIPv6(const uint8_t* p, size_t len) {
   int nh = p[6];
   c.first_header = nh;
   size_t off = 40;
+  bool upper = true;
   for (int hops = 0; hops < 16; ++hops) {
     if (nh == 0 || nh == 43 || nh == 60) {  // hop-by-hop, routing, destination options
       if (off + 2 > len) break;
@@ -278,7 +282,10 @@ CapturedPacket ParseIPv6(const uint8_t* p, size_t len) {
       uint16_t frag = static_cast<uint16_t>(p[off + 2] << 8 | p[off + 3]) & 0xfff8;
       off += 8;
       nh = next;
-      if (frag != 0) break;  // not the first fragment: no upper-layer header here
+      if (frag != 0) {  // not the first fragment: no upper-layer header here
+        upper = false;
+        break;
+      }
     } else if (nh == 51) {  // AH
       if (off + 2 > len) break;
       int next = p[off];
@@ -289,12 +296,14 @@ CapturedPacket ParseIPv6(const uint8_t* p, size_t len) {
     }
   }
   c.proto = nh;
+  if (upper && off < len) *l4 = off;
   // TCP flags are byte 13 of the TCP header: SYN 0x02, ACK 0x10.
   c.opens_flow = nh != 6 || (off + 14 <= len && (p[off + 13] & 0x12) == 0x02);
   return c;
 }
 
-CapturedPacket ParseIPv4(const uint8_t* p, size_t len) {
+CapturedPacket ParseIPv4(const uint8_t* p, size_t len, size_t* l4) {
+  *l4 = 0;
   CapturedPacket c;
   c.length = len;
   c.src = FromIn4(p + 12);
@@ -305,7 +314,15 @@ CapturedPacket ParseIPv4(const uint8_t* p, size_t len) {
   const bool first_fragment = (((p[6] << 8) | p[7]) & 0x1fff) == 0;
   c.opens_flow = c.proto != 6 || (first_fragment && off + 14 <= len &&
                                   (p[off + 13] & 0x12) == 0x02);
+  if (first_fragment && off < len) *l4 = off;
   return c;
+}
+
+// The token of a drain marker (a UDP datagram to kMarkerPort), or "".
+std::string MarkerToken(const CapturedPacket& c, const uint8_t* p, size_t len, size_t l4) {
+  if (c.proto != IPPROTO_UDP || l4 == 0 || l4 + 8 > len) return "";
+  if ((p[l4 + 2] << 8 | p[l4 + 3]) != kMarkerPort) return "";
+  return std::string(reinterpret_cast<const char*>(p + l4 + 8), len - l4 - 8);
 }
 
 void CaptureLoop(Counters* counters, int fd, int stop_fd) {
@@ -322,11 +339,20 @@ void CaptureLoop(Counters* counters, int fd, int stop_fd) {
       if (n < 0) break;
       if (sll.sll_pkttype == PACKET_OUTGOING) continue;  // replies from the lab hosts
       const uint16_t proto = ntohs(sll.sll_protocol);
+      size_t l4 = 0;
+      CapturedPacket c;
       if (proto == ETH_P_IP && n >= 20 && (buf[0] >> 4) == 4) {
-        counters->Packet(ParseIPv4(buf.data(), n));
+        c = ParseIPv4(buf.data(), n, &l4);
       } else if (proto == ETH_P_IPV6 && n >= 40 && (buf[0] >> 4) == 6) {
-        counters->Packet(ParseIPv6(buf.data(), n));
+        c = ParseIPv6(buf.data(), n, &l4);
+      } else {
+        continue;
       }
+      counters->Packet(c);
+      // After the packet is counted: a drain waiting on this marker then
+      // knows the capture has seen everything that arrived before it.
+      std::string token = MarkerToken(c, buf.data(), n, l4);
+      if (!token.empty()) counters->CapturedMarker(std::move(token));
     }
   }
 }
@@ -359,9 +385,17 @@ void Counters::Marker(std::string token) {
   marker_cv_.notify_all();
 }
 
+void Counters::CapturedMarker(std::string token) {
+  std::lock_guard<std::mutex> l(mu_);
+  captured_markers_.insert(std::move(token));
+  marker_cv_.notify_all();
+}
+
 bool Counters::WaitMarker(const std::string& token, std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> l(mu_);
-  return marker_cv_.wait_for(l, timeout, [&] { return markers_.count(token) > 0; });
+  return marker_cv_.wait_for(l, timeout, [&] {
+    return markers_.count(token) > 0 && captured_markers_.count(token) > 0;
+  });
 }
 
 uint64_t Counters::FlowsOpened(const Addr16& a) const {

@@ -1,9 +1,11 @@
 // Connections the kernel opens for a process, and sockets that change hands:
-//   mptcp ADDR PORT [--hold-ms N] [--until-subflow]  an MPTCP connection;
-//       echoes, then keeps echoing for N ms while the path manager opens
-//       subflows to addresses the server announces; "subflows" is
-//       MPTCP_INFO's count of subflows the path manager created (attempted,
-//       not necessarily established); --until-subflow stops at the first
+//   mptcp ADDR PORT [--hold-ms N] [--until-subflow [--linger-ms M]]  an
+//       MPTCP connection; echoes, then keeps echoing for N ms while the path
+//       manager opens subflows to addresses the server announces; "subflows"
+//       is MPTCP_INFO's count of subflows the path manager created
+//       (attempted, not necessarily established); --until-subflow stops M ms
+//       (default 0) after the first, so a slow path manager (an emulated
+//       guest) gets the whole hold and a quick one is not waited for
 //   mptcp-serve PORT               MPTCP echo server on 0.0.0.0:PORT (prints
 //       {"state":"listening"} when ready; serves until killed)
 //   scm-give PATH                  makes a TCP socket, offers it on the unix
@@ -61,12 +63,15 @@ void OpMptcp(const Op& op) {
   const std::string payload = op.Str("payload", kDefaultPayload);
   const long long until = NowMs() + op.Int("hold-ms", 0);
   int rounds = 0, subflows = 0;
+  long long stop_at = -1;  // set when the first subflow appears under --until-subflow
   do {
     err = EchoRoundTrip(fd.get(), payload, timeout, &stage);
     if (err != 0) return j.Err(err, stage).Emit();
     ++rounds;
     subflows = ExtraSubflows(fd.get());
-    if (subflows > 0 && op.Flag("until-subflow")) break;
+    if (subflows > 0 && op.Flag("until-subflow") && stop_at < 0)
+      stop_at = NowMs() + op.Int("linger-ms", 0);
+    if (stop_at >= 0 && NowMs() >= stop_at) break;
     pollfd none{-1, 0, 0};
     poll(&none, 0, 20);  // the attacker's own pace between rounds
   } while (NowMs() < until);

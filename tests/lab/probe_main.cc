@@ -180,10 +180,10 @@ const std::vector<OpSpec>& Specs() {
 
 const std::set<std::string> kValueOpts = {"timeout-ms", "wait-ms", "payload", "interval-ms",
                                           "count", "connect-timeout-ms", "rh-type",
-                                          "api", "source", "hold-ms", "via", "ifname", "type", "window",
+                                          "api", "source", "hold-ms", "linger-ms", "via", "ifname", "type", "window",
                                           "source-mac"};
 const std::set<std::string> kIntOpts = {"timeout-ms", "wait-ms", "interval-ms", "count",
-                                        "connect-timeout-ms", "rh-type", "hold-ms", "type", "window"};
+                                        "connect-timeout-ms", "rh-type", "hold-ms", "linger-ms", "type", "window"};
 const std::set<std::string> kFlags = {"udp", "udp-connected", "tcp", "strict", "create", "dgram",
                                       "until-subflow", "pair"};
 

@@ -162,8 +162,13 @@ TEST_F(Misjudged, MptcpSubflowToAnAnnouncedDeniedAddressNeverOpens) {
   ASSERT_GE(lab().FlowsOpenedTo(kPublicB4), 1u) << lab().CountersSummary();
   lab().ResetCounters();
 
-  RunResult r = Shared().RunSandboxed({"--egress", kPublicA4},
-                                      {"mptcp", kPublicA4, "9000", "--hold-ms", std::to_string(int(1500 * TimeScale()))});
+  // Held until the path manager has tried (up to 5 s, scaled: it is slow in
+  // an emulated guest), then 1.5 s more so the dropped SYN's retransmission
+  // would be seen too.
+  RunResult r = Shared().RunSandboxed(
+      {"--egress", kPublicA4},
+      {"mptcp", kPublicA4, "9000", "--hold-ms", std::to_string(int(5000 * TimeScale())),
+       "--until-subflow", "--linger-ms", "1500"});
   auto lines = Lines(r);
   ASSERT_EQ(lines.size(), 1u) << r.Describe();
   EXPECT_EQ(lines[0]["echo"], "true") << "the allowed server works: " << r.Describe();
