@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -664,16 +665,23 @@ TEST_F(LabTest, ResetCountersZeroesEverything) {
     return lab_->TcpAccepts(kPublicA4, 80) == 1 && lab_->UdpDatagrams(kPublicA4, 7000) == 1;
   }));
   // The connection's last packet (the client's ACK of the server's FIN) leaves
-  // when the client's socket enters TIME-WAIT; wait for that, or it can arrive
-  // after the reset (the server closes on its own schedule).
+  // when the client's socket enters TIME-WAIT; wait until no socket to the host
+  // is in another state, or that ACK can arrive after the reset (the server
+  // closes on its own schedule).
+  std::string sockets_seen;
   ASSERT_TRUE(Lab::WaitFor([&] {
     RunSpec ss;
     ss.argv = {"ss", "-Htan", "dst", kPublicA4};
     ss.netns = lab_->client_netns();
     RunResult r = lab::Run(ss);
+    sockets_seen = r.Describe();
     std::vector<std::string> sockets = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
-    return r.exit_code == 0 && sockets.size() == 1 && absl::StartsWith(sockets[0], "TIME-WAIT");
-  }));
+    // Earlier tests' connections to the same host may still be in TIME-WAIT.
+    return r.exit_code == 0 && !sockets.empty() &&
+           absl::c_all_of(sockets, [](const std::string& l) {
+             return absl::StartsWith(l, "TIME-WAIT");
+           });
+  })) << sockets_seen;
   ASSERT_TRUE(lab_->Drain().ok());
   lab_->ResetCounters();
   EXPECT_EQ(lab_->TcpAccepts(kPublicA4, 80), 0u);
