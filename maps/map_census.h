@@ -15,8 +15,9 @@ struct MapCensus {
   std::string name;      // the pin's name: egr_allow4_v1, ...
   std::string type;      // libbpf's name of the map type: hash, lpm_trie, ringbuf, ...
   uint32_t max_entries;  // for a ring buffer: its size in bytes
-  // Keys walked with BPF_MAP_GET_NEXT_KEY (an array: every index); absent
-  // for maps that cannot be walked (ring buffer, socket storage).
+  // Keys counted (BPF_MAP_LOOKUP_BATCH, else BPF_MAP_GET_NEXT_KEY; an array:
+  // every index); absent for maps that cannot be walked (ring buffer, socket
+  // storage).
   std::optional<uint64_t> entries;
 };
 

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "loader/tc_attach.h"
 #include "maps/dns_endpoints.h"
@@ -299,14 +300,14 @@ absl::StatusOr<Consistency> CheckConsistency(const Paths& paths) {
   c.records = s.records.size();
   c.corrupt_records = corrupt.size();
   absl::flat_hash_map<maps::PolicyId, uint32_t> refs;
+  absl::flat_hash_set<uint64_t> recorded;
+  for (const auto& r : s.records) recorded.insert(r.cgroup_id);
   for (const auto& [cg, m] : s.entries) {
     if (m.kind != EGR_CG_SANDBOX) continue;
     ++c.sandbox_entries;
     ++refs[m.policy_id];
     if (!s.headers.contains(m.policy_id)) ++c.dangling_entries;
-    bool recorded = false;
-    for (const auto& r : s.records) recorded |= r.cgroup_id == cg;
-    c.entries_without_record += !recorded;
+    c.entries_without_record += !recorded.contains(cg);
   }
   for (const auto& r : s.records) {
     egr_cgroup_val m{};
