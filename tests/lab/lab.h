@@ -260,9 +260,11 @@ class Lab {
   static void Settle(std::chrono::milliseconds d = std::chrono::milliseconds(300));
   // Sends a marker datagram (v4 and v6) from `netns` (empty: pod 0) to the
   // world over the same veths and router a sandbox's packets take, from
-  // outside any lab cgroup, and waits until the world received both. Anything
-  // a sandbox sent from that netns before was queued ahead of the markers, so
-  // after Drain() a zero count is "nothing arrived", not "not yet".
+  // outside any lab cgroup, and waits until the world's marker server read
+  // both and the capture counted both (two threads on two sockets: either can
+  // lag the other). Anything a sandbox sent from that netns before was queued
+  // ahead of the markers, so after Drain() a zero count is "nothing arrived",
+  // not "not yet".
   absl::Status Drain(const std::string& netns = "") const;
 
   // Cgroups: <cgroup2>/egl-<id>/<relative> (nested allowed), removed (members
