@@ -10,6 +10,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "maps/map_iter.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/unique_fd.h"
 
@@ -44,31 +45,20 @@ bool PerCpu(uint32_t type) {
          type == BPF_MAP_TYPE_LRU_PERCPU_HASH || type == BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE;
 }
 
-// BPF_MAP_LOOKUP_BATCH where the type has it (hash and array maps): a few
-// syscalls for a map of any size, where the walk above costs one per key
-// (the 65,536-entry cgroup table's census was seconds of `egressctl status`
-// in an emulated guest).  Other types, or any failure, walk key by key.
+// Batched where the type has it (maps/map_iter.h): the walk above costs a
+// syscall per key, seconds of `egressctl status` for the full cgroup table in
+// an emulated guest.
 std::optional<uint64_t> CountKeys(int fd, const bpf_map_info& info) {
-  constexpr uint32_t kChunk = 4096;
   size_t value_size = info.value_size;
   if (PerCpu(info.type)) {
     const int cpus = libbpf_num_possible_cpus();
     if (cpus <= 0) return CountKeysOneByOne(fd, info.key_size, info.max_entries);
     value_size = ((value_size + 7) & ~size_t{7}) * static_cast<size_t>(cpus);
   }
-  std::vector<uint8_t> keys(size_t{kChunk} * std::max<uint32_t>(info.key_size, 1));
-  std::vector<uint8_t> values(kChunk * std::max<size_t>(value_size, 1));
-  uint64_t in_batch = 0, out_batch = 0, n = 0;
-  for (bool first = true;; first = false) {
-    uint32_t got = kChunk;
-    const int r = bpf_map_lookup_batch(fd, first ? nullptr : &in_batch, &out_batch, keys.data(),
-                                       values.data(), &got, nullptr);
-    const int err = r == 0 ? 0 : errno;
-    if (r != 0 && err != ENOENT) return CountKeysOneByOne(fd, info.key_size, info.max_entries);
-    n += got;
-    if (err == ENOENT) return std::min<uint64_t>(n, info.max_entries);
-    in_batch = out_batch;
-  }
+  uint64_t n = 0;
+  if (!ForEachBatch(fd, info.key_size, value_size, [&](const uint8_t*, const uint8_t*, uint32_t got) { n += got; }))
+    return CountKeysOneByOne(fd, info.key_size, info.max_entries);
+  return std::min<uint64_t>(n, info.max_entries);
 }
 
 }  // namespace

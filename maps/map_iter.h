@@ -3,8 +3,9 @@
 
 #include <bpf/bpf.h>
 
-#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -35,32 +36,30 @@ std::vector<std::pair<K, V>> AllEntriesOneByOne(int fd) {
   return out;
 }
 
-// Every (key, value) still present when read.  BPF_MAP_LOOKUP_BATCH where the
-// map type has it (hash and array maps): a few syscalls instead of two per
-// entry, which for the 65,536-entry cgroup table was ~25 s of `egressctl
-// status` in an emulated guest (~0.4 s natively).  A map type without it
-// (LPM tries: ENOTSUPP, 524), or any failure part-way, reads key by key from
-// the start, as before.
+// Calls `take` with each batch of the whole map (`n` keys of `key_size` bytes
+// and their values of `value_size` bytes, packed), read with
+// BPF_MAP_LOOKUP_BATCH: a few syscalls for a map of any size, where a walk
+// costs two per entry (the 65,536-entry cgroup table was ~25 s of `egressctl
+// status` in an emulated guest).  False when the map's type has no batch (LPM
+// tries: ENOTSUPP, 524) or the read failed part-way: what was taken is then
+// partial, and the caller reads key by key instead.  A per-CPU map's value is
+// round_up(value_size, 8) x possible CPUs, as for a lookup.
+bool ForEachBatch(int fd, size_t key_size, size_t value_size,
+                  const std::function<void(const uint8_t* keys, const uint8_t* values, uint32_t n)>& take);
+
+// Every (key, value) still present when read: batched where the kernel can,
+// key by key otherwise.
 template <typename K, typename V>
 std::vector<std::pair<K, V>> AllEntries(int fd) {
-  // A hash map's batch must hold its largest bucket (else ENOSPC), which this
-  // is far above.
-  constexpr uint32_t kChunk = 4096;
-  std::vector<K> keys(kChunk);
-  std::vector<V> values(kChunk);
   std::vector<std::pair<K, V>> out;
-  // The position token: a bucket or index (u32) for hash and array maps.
-  uint64_t in_batch = 0, out_batch = 0;
-  for (bool first = true;; first = false) {
-    uint32_t n = kChunk;
-    const int r = bpf_map_lookup_batch(fd, first ? nullptr : &in_batch, &out_batch, keys.data(),
-                                       values.data(), &n, nullptr);
-    const int err = r == 0 ? 0 : errno;
-    if (r != 0 && err != ENOENT) return AllEntriesOneByOne<K, V>(fd);
-    for (uint32_t i = 0; i < n && i < kChunk; ++i) out.emplace_back(keys[i], values[i]);
-    if (err == ENOENT) return out;  // the walk's end (with its last entries)
-    in_batch = out_batch;
-  }
+  const bool whole = ForEachBatch(fd, sizeof(K), sizeof(V), [&](const uint8_t* k, const uint8_t* v, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) {
+      auto& e = out.emplace_back();
+      std::memcpy(&e.first, k + i * sizeof(K), sizeof(K));
+      std::memcpy(&e.second, v + i * sizeof(V), sizeof(V));
+    }
+  });
+  return whole ? out : AllEntriesOneByOne<K, V>(fd);
 }
 
 }  // namespace egressd::maps

@@ -11,7 +11,8 @@
 
 namespace egressd {
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view text, mode_t mode) {
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view text, mode_t mode,
+                                 FileSync sync) {
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   auto fail = [&](int err, const char* step, const std::string& what) {
     unlink(tmp.c_str());
@@ -26,9 +27,10 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view text
       if (n < 0) return fail(errno, "write", tmp);
       done += static_cast<size_t>(n);
     }
-    if (fsync(fd.get()) != 0) return fail(errno, "fsync", tmp);
+    if (sync == FileSync::kDurable && fsync(fd.get()) != 0) return fail(errno, "fsync", tmp);
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) return fail(errno, "rename", absl::StrCat(tmp, " to ", path));
+  if (sync == FileSync::kWhole) return absl::OkStatus();
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   UniqueFd d(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

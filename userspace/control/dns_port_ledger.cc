@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "userspace/common/atomic_file.h"
 #include "userspace/common/errors.h"
 #include "userspace/common/unique_fd.h"
 #include "userspace/control/registry.h"
@@ -157,27 +158,7 @@ absl::Status DnsPortLedger::Save(const SandboxRecords& records) const {
   EGR_RETURN_IF_ERROR(MakeDirs(records.dir(), 0700));
   // Renamed into place whole (a reader never sees half of it), not fsynced
   // (see Stamp).  One writer at a time: the instance lock is held.
-  const std::string path = PathIn(records), tmp = path + ".tmp";
-  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("create ", tmp));
-  size_t off = 0;
-  while (off < buf.size()) {
-    const ssize_t n = write(fd.get(), buf.data() + off, buf.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = n < 0 ? errno : EIO;
-      unlink(tmp.c_str());
-      return ErrnoStatus(e, absl::StrCat("write ", tmp));
-    }
-    off += static_cast<size_t>(n);
-  }
-  fd.reset();
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    unlink(tmp.c_str());
-    return ErrnoStatus(e, absl::StrCat("rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(PathIn(records), buf, 0600, FileSync::kWhole);
 }
 
 }  // namespace egressd::control

@@ -1,9 +1,6 @@
 #include "userspace/daemon/metrics_text.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <map>
 #include <utility>
 #include <vector>
@@ -19,8 +16,8 @@
 #include "userspace/audit/exporter.h"
 #include "userspace/audit/record.h"
 #include "userspace/audit/record_names.h"
+#include "userspace/common/atomic_file.h"
 #include "userspace/common/errors.h"
-#include "userspace/common/unique_fd.h"
 #include "userspace/control/sandbox_caps.h"
 #include "userspace/control/sandbox_record.h"
 
@@ -176,21 +173,8 @@ absl::StatusOr<std::string> RenderMetrics(const Paths& paths) {
 
 absl::Status WriteMetricsFile(const Paths& paths, const std::string& file) {
   EGR_ASSIGN_OR_RETURN(std::string text, RenderMetrics(paths));
-  const std::string tmp = file + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create ", tmp));
-  UniqueFd f(fd);
-  if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return ErrnoStatus(err, absl::StrCat("write ", tmp));
-  }
-  if (rename(tmp.c_str(), file.c_str()) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return ErrnoStatus(err, absl::StrCat("rename ", tmp, " to ", file));
-  }
-  return absl::OkStatus();
+  // Rewritten every interval and read by a scraper: whole, not fsynced.
+  return WriteFileAtomically(file, text, 0644, FileSync::kWhole);
 }
 
 }  // namespace egressd::audit
