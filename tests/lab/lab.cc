@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <linux/filter.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -447,6 +448,24 @@ std::vector<CapturedPacket> Lab::Captured() const { return impl_->counters.Log()
 std::string Lab::CountersSummary() const { return impl_->counters.Summary(); }
 void Lab::ResetCounters() { impl_->counters.Reset(); }
 
+absl::Status Lab::SetCapture(bool on) {
+  if (impl_->capture_fd < 0) return absl::FailedPreconditionError("lab capture: not running");
+  if (on) {
+    const int unused = 0;  // setsockopt wants an int-sized value even here
+    if (setsockopt(impl_->capture_fd, SOL_SOCKET, SO_DETACH_FILTER, &unused, sizeof(unused)) != 0 && errno != ENOENT)
+      return ErrnoStatus("lab capture: SO_DETACH_FILTER", errno);
+  } else {
+    // Classic BPF "ret #0": packet_rcv() runs the filter before it copies or
+    // queues the frame, so a paused capture costs the sender one filter run.
+    sock_filter drop_all[] = {BPF_STMT(BPF_RET | BPF_K, 0)};
+    sock_fprog prog{1, drop_all};
+    if (setsockopt(impl_->capture_fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) != 0)
+      return ErrnoStatus("lab capture: SO_ATTACH_FILTER", errno);
+  }
+  impl_->capture_paused = !on;
+  return absl::OkStatus();
+}
+
 bool Lab::WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
@@ -459,6 +478,9 @@ bool Lab::WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds t
 void Lab::Settle(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
 
 absl::Status Lab::Drain(const std::string& netns) const {
+  if (impl_->capture_paused) {
+    return absl::FailedPreconditionError("drain: the capture is paused (Lab::SetCapture): it would prove nothing");
+  }
   static std::atomic<uint64_t> seq{0};
   const std::string from = netns.empty() ? client_netns() : netns;
   std::vector<std::string> tokens;

@@ -251,6 +251,14 @@ class Lab {
   std::vector<CapturedPacket> Captured() const;  // last 4096 packets, oldest first
   std::string CountersSummary() const;           // for failure messages
   void ResetCounters();
+  // Pauses (false) or resumes (true) the packet capture. Every frame to the
+  // world wakes the capture's thread from whatever context delivers it (a
+  // DNS proxy's send to its upstream pays for the copy and the wake-up), so
+  // benchmarks that count nothing turn it off: it is machine load that no
+  // enforcer would meet on a node. Paused, the socket's filter drops every
+  // frame before it is copied; PacketsTo() and friends count nothing and
+  // Drain() refuses (it cannot prove "nothing arrived" without the capture).
+  absl::Status SetCapture(bool on);
 
   // Polls `pred` every 5 ms until it is true or `timeout` passes.
   static bool WaitFor(const std::function<bool()>& pred,

@@ -85,6 +85,8 @@ struct Lab::Impl {
   std::vector<std::string> netns_added;  // names, in creation order
   int stop_fd = -1;  // eventfd: servers and capture exit when readable
   std::vector<std::thread> threads;
+  int capture_fd = -1;          // the AF_PACKET socket, set before the capture is ready
+  bool capture_paused = false;  // Lab::SetCapture(false): a drop-all filter on it
 };
 
 // Server/capture threads (lab_servers.cc). Returns once the sockets exist.

@@ -658,6 +658,23 @@ TEST_F(LabTest, DrainReturnsOnlyAfterTheCaptureCountedItsMarkers) {
   }
 }
 
+// Benchmarks pause the capture (its copies and wake-ups are load no node
+// has); paused it counts nothing, Drain() refuses, and it resumes whole.
+TEST_F(LabTest, APausedCaptureCountsNothingAndResumes) {
+  ASSERT_TRUE(lab_->Drain().ok());
+  lab_->ResetCounters();
+  ASSERT_EQ(lab_->SetCapture(false), absl::OkStatus());
+  P({"udp-sendto", kPublicA4, "7001"});
+  ASSERT_TRUE(Lab::WaitFor([&] { return lab_->UdpDatagrams(kPublicA4, 7001) == 1; }));
+  EXPECT_TRUE(absl::IsFailedPrecondition(lab_->Drain()));
+  ASSERT_EQ(lab_->SetCapture(true), absl::OkStatus());
+  P({"udp-sendto", kPublicA4, "7001"});
+  ASSERT_EQ(lab_->Drain(), absl::OkStatus());
+  // The server read both datagrams; the capture counted only the second.
+  EXPECT_EQ(lab_->UdpDatagrams(kPublicA4, 7001), 2u);
+  EXPECT_EQ(lab_->PacketsTo(kPublicA4, IPPROTO_UDP), 1u) << lab_->CountersSummary();
+}
+
 TEST_F(LabTest, ResetCountersZeroesEverything) {
   P({"tcp", kPublicA4, "80"});
   P({"udp-sendto", kPublicA4, "7000"});

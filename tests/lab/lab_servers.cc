@@ -500,6 +500,7 @@ absl::Status StartLabServers(Lab::Impl* impl, const std::string& world_netns,
         st = ErrnoStatus("bind(AF_PACKET)", errno);
     }
     bool ok = st.ok();
+    if (ok) impl->capture_fd = fd;  // read by Lab::SetCapture once Start returned
     ready.set_value(st);
     if (ok) CaptureLoop(counters, fd, stop_fd);
     if (fd >= 0) close(fd);

@@ -285,7 +285,7 @@ Upstream::~Upstream() {
 }
 
 Upstream::UdpSockets Upstream::udp_sockets() const {
-  return UdpSockets{udp_->guarded.ready_used, udp_->guarded.fresh_made};
+  return UdpSockets{udp_->guarded.ready_used, udp_->guarded.fresh_made, udp_->guarded.route_lookups};
 }
 
 void Upstream::Send(std::span<const uint8_t> query, bool tcp, Callback done) {

@@ -68,6 +68,7 @@ class Upstream {
   // server: upstream_socket.h GuardedSockets) or made for the query at hand.
   struct UdpSockets {
     uint64_t prepared = 0, made_for_query = 0;
+    uint64_t route_lookups = 0;  // for the prepared ones
   };
   UdpSockets udp_sockets() const;
 
