@@ -519,6 +519,7 @@ void StopLabServers(Lab::Impl* impl) {
     if (t.joinable()) t.join();
   }
   impl->threads.clear();
+  impl->capture_fd = -1;  // closed by its thread
   if (impl->stop_fd >= 0) close(impl->stop_fd);
   impl->stop_fd = -1;
 }

@@ -1,6 +1,5 @@
 #include "userspace/daemon/metrics_text.h"
 
-
 #include <map>
 #include <utility>
 #include <vector>

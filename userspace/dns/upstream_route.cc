@@ -137,7 +137,8 @@ absl::StatusOr<std::pair<net::IpAddr, uint16_t>> BindAsRouted(int fd, const Upst
   };
   const int index = route.ifindex;
   if (index != 0 && setsockopt(fd, SOL_SOCKET, SO_BINDTOIFINDEX, &index, sizeof(index)) != 0) {
-    return failed(errno, absl::StrCat("binding to interface ", index));
+    const int e = errno;
+    return failed(e, absl::StrCat("binding to interface ", index));
   }
   // Bound to one address, the socket hears that address only: its guard
   // names everything it can be reached on.
@@ -147,7 +148,10 @@ absl::StatusOr<std::pair<net::IpAddr, uint16_t>> BindAsRouted(int fd, const Upst
   }
   sockaddr_storage bound{};
   socklen_t blen = sizeof(bound);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &blen) != 0) return failed(errno, "getsockname");
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &blen) != 0) {
+    const int e = errno;
+    return failed(e, "getsockname");
+  }
   return AddrOf(bound);
 }
 

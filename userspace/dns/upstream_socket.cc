@@ -43,11 +43,26 @@ int ConnectFailed(int e, const std::string& why) {
   return -1;
 }
 
-// Routes and binds `fd` now, guards it, then connects it: a socket made
-// for the query at hand (no ready one, or not the one server's).
+bool SameAddress(const sockaddr* a, socklen_t alen, const sockaddr_storage& b, socklen_t blen) {
+  return alen == blen && std::memcmp(a, &b, alen) == 0;
+}
+
+// Routes and binds `fd`, guards it, then connects it: a socket made for the
+// query at hand (none ready, or not the one server's).  The one server's
+// route is the ready sockets' (GuardedSockets::ServerRoute); any other is
+// looked up now.
 int GuardedConnectFresh(ares_socket_t fd, const sockaddr* addr, ares_socklen_t len, GuardedSockets* g) {
-  auto route = LookupUpstreamRoute(addr, len);
-  if (!route.ok()) return ConnectFailed(ENETUNREACH, route.status().ToString());
+  std::optional<UpstreamRoute> own;
+  const UpstreamRoute* route = nullptr;
+  if (g->ready_server && SameAddress(addr, len, *g->ready_server, g->ready_server_len)) {
+    auto shared = g->ServerRoute();
+    if (!shared.ok()) return ConnectFailed(ENETUNREACH, shared.status().ToString());
+    route = *shared;
+  } else {
+    auto looked = LookupUpstreamRoute(addr, len);
+    if (!looked.ok()) return ConnectFailed(ENETUNREACH, looked.status().ToString());
+    route = &own.emplace(*looked);
+  }
   auto bound = BindAsRouted(fd, *route);
   if (!bound.ok()) {
     const int e = errno;
@@ -82,10 +97,6 @@ int GuardedClose(ares_socket_t fd, void* data) {
   const int rc = CloseGuarded(g, fd);
   if (g->refill && g->ready.size() < GuardedSockets::kReadySockets) g->refill();
   return rc;
-}
-
-bool SameAddress(const sockaddr* a, socklen_t alen, const sockaddr_storage& b, socklen_t blen) {
-  return alen == blen && std::memcmp(a, &b, alen) == 0;
 }
 
 // A ready socket for the one server (its family, UDP) when there is one
@@ -154,23 +165,31 @@ const ares_socket_functions kGuarded = {&GuardedSocket, &GuardedClose, &GuardedC
 
 }  // namespace
 
+absl::StatusOr<const UpstreamRoute*> GuardedSockets::ServerRoute() {
+  if (!route || std::chrono::steady_clock::now() - route->looked_up >= kRouteMaxAge) {
+    ++route_lookups;
+    auto r = LookupUpstreamRoute(reinterpret_cast<const sockaddr*>(&*ready_server), ready_server_len);
+    if (!r.ok()) {
+      route.reset();
+      return r.status();
+    }
+    route = *r;
+  }
+  return &*route;
+}
+
 void GuardedSockets::Refill() {
   if (!ready_server) return;
   const auto* server = reinterpret_cast<const sockaddr*>(&*ready_server);
   while (ready.size() < kReadySockets) {
-    if (!route || std::chrono::steady_clock::now() - route->looked_up >= kRouteMaxAge) {
-      ++route_lookups;
-      auto r = LookupUpstreamRoute(server, ready_server_len);
-      if (!r.ok()) {
-        route.reset();
-        spdlog::warn("dns: upstream socket not prepared: {}", r.status().ToString());
-        return;  // the next query makes its own and reports why
-      }
-      route = *r;
+    auto r = ServerRoute();
+    if (!r.ok()) {
+      spdlog::warn("dns: upstream socket not prepared: {}", r.status().ToString());
+      return;  // the next query makes its own and reports why
     }
     const int fd = socket(server->sa_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return;
-    auto bound = BindAsRouted(fd, *route);
+    auto bound = BindAsRouted(fd, **r);
     if (!bound.ok() || connect(fd, server, ready_server_len) != 0) {
       spdlog::warn("dns: upstream socket not prepared: {}",
                    bound.ok() ? absl::StrCat("connect: ", std::strerror(errno)) : bound.status().ToString());

@@ -93,14 +93,18 @@ struct GuardedSockets {
   static constexpr std::chrono::milliseconds kReadyMaxAge{1000};
   uint64_t ready_used = 0, fresh_made = 0;  // UDP sockets c-ares got each way
 
-  // The server's route, looked up for the ready sockets once per
-  // kRouteMaxAge rather than per socket: per socket, the lookup was a
+  // The server's route, looked up once per kRouteMaxAge rather than per
+  // socket: per socket, the lookup was a
   // netlink socket and a probe socket (9 of the ~20 system calls of a
   // socket's life; serve's CPU per query -15 to -25%, same notes, section 4).
   static constexpr std::chrono::milliseconds kRouteMaxAge = kReadyMaxAge / 2;
   std::optional<UpstreamRoute> route;
   uint64_t route_lookups = 0;
 
+  // The one server's route: `route`, looked up again once older than
+  // kRouteMaxAge.  Ready sockets and sockets made for a query (a burst that
+  // used the ready ones) both take it.
+  absl::StatusOr<const UpstreamRoute*> ServerRoute();
   // Prepares sockets until kReadySockets are ready (or one fails: the next
   // query makes its own and reports why).
   void Refill();
