@@ -5,7 +5,10 @@
 // its query was handed to the kernel to the kernel's receive timestamp
 // (SO_TIMESTAMPNS), so the client's own wake-up delays on a loaded machine
 // are not charged to the path.  After the last send it waits up to the
-// timeout for stragglers; a query unanswered by then is lost.  dnsperf 2.10
+// timeout for stragglers; a query unanswered by then is lost.  Queries go
+// round-robin over as many sockets (source ports) as keep every (socket, ID)
+// unused for a timeout's length: one up to 60,000/s with the 1 s default, so
+// the rate is never capped by 16-bit IDs.  dnsperf 2.10
 // reports only mean and deviation, measures in user space, and counts the
 // queries still in flight when its time limit ends as lost.
 //
@@ -28,6 +31,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -37,6 +41,12 @@
 #include <vector>
 
 namespace {
+
+constexpr int kMaxRate = 1'000'000;
+constexpr double kMaxQueries = 60'000'000;  // ~2 GB of per-query records
+// Queries a socket may carry per timeout: fewer than its 65,536 IDs, so an ID
+// is never reused while an earlier query with it can still be answered.
+constexpr double kQueriesPerSocketPerTimeout = 60000;
 
 int Usage(const std::string& why) {
   std::fprintf(stderr,
@@ -108,10 +118,11 @@ int main(int argc, char** argv) {
     } else if (a == "--port" && (port = std::strtoul(v.c_str(), &end, 10), *end == 0) && port > 0 && port < 65536) {
     } else if (a == "--qtype" && (qtype = std::strtoul(v.c_str(), &end, 10), *end == 0) && qtype > 0 && qtype < 65536) {
     } else if (a == "--timeout-ms" && (timeout_ms = std::strtoul(v.c_str(), &end, 10), *end == 0) && timeout_ms > 0) {
-    } else if (a == "--rate" && (rate = std::strtod(v.c_str(), &end), *end == 0) && rate > 0 && rate <= 60000) {
+    } else if (a == "--rate" && (rate = std::strtod(v.c_str(), &end), *end == 0) && rate > 0 && rate <= kMaxRate) {
     } else if (a == "--seconds" && (seconds = std::strtod(v.c_str(), &end), *end == 0) && seconds > 0 && seconds <= 600) {
     } else {
-      return Usage("bad flag or value: " + a + " \"" + v + "\" (rate 1-60000, seconds up to 600)");
+      return Usage("bad flag or value: " + a + " \"" + v + "\" (rate 1-" + std::to_string(kMaxRate) +
+                   ", seconds up to 600)");
     }
   }
   sockaddr_in to{};
@@ -119,26 +130,34 @@ int main(int argc, char** argv) {
   to.sin_port = htons(static_cast<uint16_t>(port));
   if (server.empty() || inet_pton(AF_INET, server.c_str(), &to.sin_addr) != 1) return Usage("--server IPv4 address");
   if (name.empty() || rate == 0 || seconds == 0) return Usage("--name, --rate and --seconds are required");
+  if (rate * seconds > kMaxQueries) return Usage("--rate x --seconds over " + std::to_string(kMaxQueries) + " queries");
 
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int one = 1, buf = 4 << 20;
-  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one)) != 0 ||
-      connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
-    std::fprintf(stderr, "egr-dns-load: socket to %s:%u: %s\n", server.c_str(), port, std::strerror(errno));
-    return 1;
+  const size_t nsock = static_cast<size_t>(std::ceil(rate * timeout_ms / 1000.0 / kQueriesPerSocketPerTimeout));
+  std::vector<int> fds;
+  std::vector<pollfd> polls;
+  for (size_t i = 0; i < nsock; ++i) {
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1, buf = 4 << 20;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one)) != 0 ||
+        connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+      std::fprintf(stderr, "egr-dns-load: socket %zu of %zu to %s:%u: %s\n", i + 1, nsock, server.c_str(), port,
+                   std::strerror(errno));
+      return 1;
+    }
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+    fds.push_back(fd);
+    polls.push_back({fd, POLLIN, 0});
   }
-  (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
-  (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
 
   std::vector<uint8_t> q = Query(name, static_cast<uint16_t>(qtype));
   const size_t total = static_cast<size_t>(rate * seconds);
-  // Under 60,000/s and a timeout of 1 s an ID is never reused while its
-  // query can still be answered.
+  // Query n goes out on socket n % nsock with ID n / nsock (mod 65,536).
   std::vector<int64_t> sent_at(total, 0), sent_mono(total, 0);
   std::vector<double> lat_of(total, -1);
   std::vector<int> rcode_of(total, -1);
   std::vector<bool> done(total, false);
-  std::vector<int64_t> index_of(65536, -1);
+  std::vector<int64_t> index_of(65536 * nsock, -1);
   std::vector<double> lat_us;
   lat_us.reserve(total);
   std::map<std::string, uint64_t> rcodes;
@@ -153,28 +172,29 @@ int main(int argc, char** argv) {
     int64_t mono = Now(CLOCK_MONOTONIC);
     while (sent < total && start + static_cast<int64_t>(sent) * interval <= mono) {
       if (mono - (start + static_cast<int64_t>(sent) * interval) > 1'000'000) ++late;
-      const uint16_t id = static_cast<uint16_t>(sent);
+      const size_t sock = sent % nsock;
+      const uint16_t id = static_cast<uint16_t>(sent / nsock);
       q[0] = static_cast<uint8_t>(id >> 8);
       q[1] = static_cast<uint8_t>(id);
       sent_at[sent] = Now(CLOCK_REALTIME);  // SO_TIMESTAMPNS is CLOCK_REALTIME
       sent_mono[sent] = Now(CLOCK_MONOTONIC);
-      if (send(fd, q.data(), q.size(), 0) < 0 && errno != EAGAIN && errno != ECONNREFUSED) {
+      if (send(fds[sock], q.data(), q.size(), 0) < 0 && errno != EAGAIN && errno != ECONNREFUSED) {
         std::fprintf(stderr, "egr-dns-load: send: %s\n", std::strerror(errno));
         return 1;
       }
-      index_of[id] = static_cast<int64_t>(sent);
+      index_of[sock * 65536 + id] = static_cast<int64_t>(sent);
       ++sent;
       last_send = mono;
     }
-    for (;;) {
+    for (size_t sock = 0; sock < nsock; ++sock) for (;;) {
       iovec iov{in, sizeof(in)};
       msghdr m{};
       m.msg_iov = &iov;
       m.msg_iovlen = 1;
       m.msg_control = ctrl;
       m.msg_controllen = sizeof(ctrl);
-      const ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT);
-      if (n < 0) break;
+      const ssize_t n = recvmsg(fds[sock], &m, MSG_DONTWAIT);
+      if (n < 0) break;  // drained; the next socket
       if (n < 12) continue;
       int64_t rx = 0;
       for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
@@ -185,7 +205,7 @@ int main(int argc, char** argv) {
         }
       }
       const uint16_t id = static_cast<uint16_t>((in[0] << 8) | in[1]);
-      const int64_t idx = index_of[id];
+      const int64_t idx = index_of[sock * 65536 + id];
       if (idx < 0 || done[idx] || (in[2] & 0x80) == 0) continue;
       done[idx] = true;
       if (++answered == 1 && ready_line) {
@@ -203,9 +223,8 @@ int main(int argc, char** argv) {
     // Sleep until the next send is due (or an answer arrives).
     int64_t wait = sent < total ? start + static_cast<int64_t>(sent) * interval - mono : 1'000'000;
     if (wait < 0) wait = 0;
-    pollfd p{fd, POLLIN, 0};
     timespec ts{wait / 1'000'000'000, wait % 1'000'000'000};
-    ppoll(&p, 1, &ts, nullptr);
+    ppoll(polls.data(), polls.size(), &ts, nullptr);
   }
   if (!samples.empty()) {
     FILE* f = std::fopen(samples.c_str(), "w");
@@ -232,6 +251,6 @@ int main(int argc, char** argv) {
               "\"max_us\": %.1f}\n",
               sent, answered, sent - answered, late, window_s > 0 ? static_cast<double>(sent - 1) / window_s : 0,
               rc.c_str(), p50, p90, p99, p999, mx);
-  close(fd);
+  for (int fd : fds) close(fd);
   return 0;
 }

@@ -229,6 +229,14 @@ def dns_speed(out, r):
         cells = [_ci(m[en], fmt="{:,.0f}") for en in ("none", "nftables", "egressd")]
         out.append(f"| {row} | " + " | ".join(cells) + f" | {e / n:.2f}x |" if n else f"| {row} | " + " | ".join(cells) + " | - |")
     out.append("")
+    for row in ("allowed", "denied"):
+        for r in s.get(row, {}).get("max_qps_runs", []):
+            if "error" in r:
+                out.append(f"- {row}, {r.get('enforcer', '?')}: search not run ({r['error']}); its 0 q/s is no figure.")
+            elif r.get("capped"):
+                out.append(f"- {row}, {r.get('enforcer', '?')}: passed the ladder's top step; the path's capacity "
+                           "is above it.")
+    out.append("")
     out.append("From the upstream's answer in the enforcer's hands (c-ares' callback) to the address held by the "
                "kernel, from the enforcers' own timestamps over every allowed answer of the latency runs (egressd: "
                "each audit record's `dns.learn_latency_ns`, to the last map write returned; nftables: the forwarder's "
