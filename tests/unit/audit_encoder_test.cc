@@ -3,6 +3,8 @@
 // table of records that walks every kind, action, reason, protocol, flag bit,
 // address form and label shape, and text that needs escaping or is not UTF-8.
 #include <cstring>
+#include <ctime>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -272,6 +274,38 @@ TEST(AuditEncoder, StringsEscapeAsNlohmannDumps) {
     AppendJsonString(fast, s);
     EXPECT_EQ(fast, nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
+}
+
+// A record's `time`: RFC 3339 in UTC with nine digits of nanoseconds, the
+// same bytes as strftime and a %09u, whatever second came before (the date
+// part is kept from the previous call while the second is the same).
+std::string ReferenceTime(uint64_t ns) {
+  const time_t secs = static_cast<time_t>(ns / 1000000000ull);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char date[64], out[96];
+  strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(out, sizeof(out), "%s.%09uZ", date, static_cast<unsigned>(ns % 1000000000ull));
+  return out;
+}
+
+TEST(AuditTime, IsRfc3339WithNanosecondsWhateverCameBefore) {
+  const uint64_t s = 1000000000ull;
+  const std::vector<uint64_t> times = {
+      0,                                  // the epoch
+      1,                                  // one ns: eight leading zeros
+      999999999,                          // the last ns of a second
+      s,                                  // the next second, same thread: the date part is redone
+      1764799241ull * s + 123456789,      // 2025-12-03T22:00:41
+      1764799241ull * s + 987654321,      // the same second again: the kept part
+      1764799242ull * s,                  // one later
+      1764799241ull * s + 5,              // back to the earlier second
+      951782400ull * s + 42,              // 2000-02-29
+      4102444799ull * s + 999999999,      // 2099-12-31T23:59:59
+      2147483648ull * s,                  // past 2038's 32-bit limit
+  };
+  for (uint64_t t : times) EXPECT_EQ(FormatTime(t), ReferenceTime(t)) << t;
+  EXPECT_EQ(FormatTime(1764799241ull * s + 7), "2025-12-03T22:00:41.000000007Z");
 }
 
 }  // namespace

@@ -236,7 +236,9 @@ std::string DnsLine(const dns::QueryEvent& e) {
   absl::StrAppend(&out, ",\"sandbox\":{\"id\":", e.sandbox_id, "},\"schema\":");
   Str(out, kSchema);
   out.append(",\"time\":");
-  Str(out, FormatTime(e.realtime_ns));
+  out.push_back('"');  // digits, '-', ':', '.', 'T', 'Z': nothing to escape
+  AppendRfc3339(out, e.realtime_ns);
+  out.push_back('"');
   out.append(",\"type\":\"dns\",\"verdict\":");
   Str(out, e.allowed ? "allow" : "deny");
   out.push_back('}');

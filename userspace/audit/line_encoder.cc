@@ -6,7 +6,6 @@
 // upper case first).  tests/unit/audit_encoder_test.cc compares the two
 // over a table of records; a field added to EventJson must be added here.
 #include <arpa/inet.h>
-#include <time.h>
 
 #include <array>
 #include <cstring>
@@ -53,32 +52,10 @@ void AppendU64(std::string& out, uint64_t v) {
   out.append(p, buf + sizeof(buf) - p);
 }
 
-// "YYYY-MM-DDTHH:MM:SS." is the same for a whole second: cached per thread.
 void AppendTime(std::string& out, uint64_t realtime_ns) {
-  thread_local uint64_t cached_secs = ~0ull;
-  thread_local char prefix[32];
-  thread_local size_t prefix_len = 0;
-  const uint64_t secs = realtime_ns / 1000000000ull;
-  if (secs != cached_secs) {
-    const time_t t = static_cast<time_t>(secs);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    auto r = fmt::format_to_n(prefix, sizeof(prefix), "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}.",
-                              tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                              tm.tm_sec);
-    prefix_len = r.size;
-    cached_secs = secs;
-  }
   out.push_back('"');
-  out.append(prefix, prefix_len);
-  uint32_t frac = static_cast<uint32_t>(realtime_ns % 1000000000ull);
-  char digits[9];
-  for (int i = 8; i >= 0; --i) {
-    digits[i] = static_cast<char>('0' + frac % 10);
-    frac /= 10;
-  }
-  out.append(digits, 9);
-  out.append("Z\"", 2);
+  AppendRfc3339(out, realtime_ns);
+  out.push_back('"');
 }
 
 void AppendIp(std::string& out, const egr_event_key& k) {

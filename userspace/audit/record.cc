@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <ctime>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "userspace/dns/scope.h"
 #include "userspace/net/ip.h"
@@ -201,13 +201,40 @@ std::string ReasonName(uint8_t kind, uint8_t action, uint8_t reason) {
   return kind == EGR_EVENT_BACKSTOP ? absl::StrCat("backstop:", name) : name;
 }
 
+void AppendRfc3339(std::string& out, uint64_t realtime_ns) {
+  // Every audit record carries one, and records come in runs within the same
+  // second: the date and time of day are formatted once per second (per
+  // thread), the nanoseconds by hand.  absl::StrFormat of the whole was 3.8k
+  // of a denied DNS query's 22k instructions (bench/dns_ir.sh).
+  thread_local uint64_t cached_secs = ~0ull;
+  thread_local char prefix[40];
+  thread_local size_t prefix_len = 0;
+  const uint64_t secs = realtime_ns / 1000000000ull;
+  if (secs != cached_secs) {
+    const time_t t = static_cast<time_t>(secs);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    const int n = std::snprintf(prefix, sizeof(prefix), "%04d-%02d-%02dT%02d:%02d:%02d.", tm.tm_year + 1900,
+                                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    prefix_len = n > 0 ? std::min(static_cast<size_t>(n), sizeof(prefix) - 1) : 0;
+    cached_secs = secs;
+  }
+  out.append(prefix, prefix_len);
+  uint32_t frac = static_cast<uint32_t>(realtime_ns % 1000000000ull);
+  char digits[10];
+  for (int i = 8; i >= 0; --i) {
+    digits[i] = static_cast<char>('0' + frac % 10);
+    frac /= 10;
+  }
+  digits[9] = 'Z';
+  out.append(digits, 10);
+}
+
 std::string FormatTime(uint64_t realtime_ns) {
-  const time_t secs = static_cast<time_t>(realtime_ns / 1000000000ull);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  return absl::StrFormat("%04d-%02d-%02dT%02d:%02d:%02d.%09uZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                         tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                         static_cast<unsigned>(realtime_ns % 1000000000ull));
+  std::string out;
+  out.reserve(32);
+  AppendRfc3339(out, realtime_ns);
+  return out;
 }
 
 nlohmann::json EventJson(const egr_event& e, uint64_t realtime_ns,

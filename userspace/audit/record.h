@@ -54,8 +54,10 @@ std::string ReasonName(uint8_t kind, uint8_t action, uint8_t reason);
 // (the destination, or the IPv4 address embedded in it, masked to the entry's
 // own prefix length the kernel carried); none without EGR_MATCH_CIDR.
 std::optional<std::string> MatchCidr(const egr_event_key& k, uint8_t plen, uint8_t mflags, uint32_t match_id);
-// RFC 3339 in UTC with nanoseconds.
+// RFC 3339 in UTC with nanoseconds ("2026-12-03T19:40:41.000000007Z").
 std::string FormatTime(uint64_t realtime_ns);
+// The same, appended to `out` (the line encoders').
+void AppendRfc3339(std::string& out, uint64_t realtime_ns);
 
 // A record off the ring (count 1).  realtime_ns: its time on the wall clock.
 nlohmann::json EventJson(const egr_event& e, uint64_t realtime_ns,
