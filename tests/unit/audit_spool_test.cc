@@ -96,7 +96,9 @@ TEST_F(AuditSpool, ATailThatLagsSeveralRotationsReadsEveryLineOnce) {
   uint64_t n = 1;
   while (Rotated(SpoolPath(paths_, 42)) < 4) {
     ASSERT_TRUE(x->OnEvent(Event(++n)).ok());
-    if (n % 3 == 0) ASSERT_TRUE(x->Flush().ok());
+    if (n % 3 == 0) {
+      ASSERT_TRUE(x->Flush().ok());
+    }
   }
   ASSERT_TRUE(x->Flush().ok());
   ASSERT_TRUE(tail.Read(Collect(seqs)).ok());
