@@ -43,7 +43,7 @@
 namespace {
 
 constexpr int kMaxRate = 1'000'000;
-constexpr double kMaxQueries = 60'000'000;  // ~2 GB of per-query records
+constexpr long long kMaxQueries = 60'000'000;  // ~2 GB of per-query records
 // Queries a socket may carry per timeout: fewer than its 65,536 IDs, so an ID
 // is never reused while an earlier query with it can still be answered.
 constexpr double kQueriesPerSocketPerTimeout = 60000;
@@ -130,7 +130,9 @@ int main(int argc, char** argv) {
   to.sin_port = htons(static_cast<uint16_t>(port));
   if (server.empty() || inet_pton(AF_INET, server.c_str(), &to.sin_addr) != 1) return Usage("--server IPv4 address");
   if (name.empty() || rate == 0 || seconds == 0) return Usage("--name, --rate and --seconds are required");
-  if (rate * seconds > kMaxQueries) return Usage("--rate x --seconds over " + std::to_string(kMaxQueries) + " queries");
+  if (rate * seconds > static_cast<double>(kMaxQueries)) {
+    return Usage("--rate x --seconds over " + std::to_string(kMaxQueries) + " queries");
+  }
 
   const size_t nsock = static_cast<size_t>(std::ceil(rate * timeout_ms / 1000.0 / kQueriesPerSocketPerTimeout));
   std::vector<int> fds;
