@@ -113,9 +113,10 @@ int CmdDnsServe(const Paths& paths, const std::string& config, const std::vector
   Say(absl::StrCat("ready: serving ", proxy.size(), " sandboxes, upstream ", uo.servers[0].ToString()));
   io.run();
   const dns::Counters& c = proxy.counters();
-  spdlog::info("dns: {} queries, {} denied, {} forwarded, {} answered, {} servfail, {} learned, {} learn failures",
-               c.queries.load(), c.denied.load(), c.forwarded.load(), c.answered.load(), c.servfail.load(),
-               c.learned.load(), c.learn_failed.load());
+  spdlog::info("dns: {} queries ({} UDP reads), {} denied, {} forwarded, {} answered, {} servfail, {} learned, "
+               "{} learn failures",
+               c.queries.load(), c.udp_reads.load(), c.denied.load(), c.forwarded.load(), c.answered.load(),
+               c.servfail.load(), c.learned.load(), c.learn_failed.load());
   // The bounds' counters for whoever stopped it (tests, scripts): one line.
   Say(absl::StrCat("counters: learned ", c.learned.load(), " evicted ", c.evicted.load(), " evict_failed ",
                    c.evict_failed.load(), " name_cap_refused ", c.cap_refused.load(), " quota_refused ",

@@ -22,10 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "userspace/common/errors.h"
 #include "userspace/dns/learned_book.h"
-
-#ifndef IPV6_FREEBIND
-#define IPV6_FREEBIND 78
-#endif
+#include "userspace/dns/proxy_internal.h"
+#include "userspace/dns/udp_endpoint.h"
 
 namespace egressd::dns {
 
@@ -33,36 +31,8 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using asio::ip::udp;
 
-struct DnsProxy::Shared {
-  Upstream& upstream;
-  LearnedAddressSink& sink;
-  ProxyOptions opts;
-  Counters* counters;
-  bool alive = true;
-  // Queries waiting on the upstream (a hand-over's old daemon exits once
-  // this is 0, docs/operations.md "Upgrades").
-  size_t forwarded = 0;
-};
-
 namespace {
 
-using Shared = DnsProxy::Shared;
-
-// What every socket of one sandbox shares: the scope in force (swapped whole
-// by a policy update; a query keeps the scope it was judged by) and whether
-// the sandbox is still served.
-struct Live {
-  std::shared_ptr<const SandboxScope> scope;
-  bool stopped = false;
-  // What the sandbox learned, by name (learned_book.h); kept across scope
-  // updates and endpoint moves.
-  std::shared_ptr<LearnedBook> book;
-};
-
-using Reply = std::function<void(Bytes)>;
-
-// One message through the flow; `reply` gets the answer, now or once the
-// upstream answered and every learned write returned (empty: no answer).
 uint64_t RealtimeNs() {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -98,6 +68,10 @@ class TimedSink : public LearnedAddressSink {
  private:
   LearnedAddressSink& inner_;
 };
+
+}  // namespace
+
+namespace proxy_internal {
 
 void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live, std::span<const uint8_t> msg,
             bool over_tcp, Reply reply) {
@@ -149,6 +123,16 @@ void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live
                     });
 }
 
+absl::Status FromAsio(const boost::system::error_code& ec, const std::string& what) {
+  return ErrnoStatus(ec.value(), what);
+}
+
+}  // namespace proxy_internal
+
+namespace {
+
+using namespace proxy_internal;  // NOLINT: the endpoint servers' shared vocabulary
+
 asio::ip::address ToAsio(const net::IpAddr& a) {
   if (a.is_v4()) {
     const auto& b = a.bytes();
@@ -158,131 +142,6 @@ asio::ip::address ToAsio(const net::IpAddr& a) {
   std::copy(a.bytes().begin(), a.bytes().end(), b.begin());
   return asio::ip::address_v6(b);
 }
-
-// Lets an endpoint be bound before its address is configured on an
-// interface (the kernel steers to it; the address may come and go).
-template <typename Socket>
-void FreeBind(Socket& s, bool v6) {
-  int one = 1;
-  if (v6) {
-    setsockopt(s.native_handle(), IPPROTO_IPV6, IPV6_FREEBIND, &one, sizeof(one));
-  } else {
-    setsockopt(s.native_handle(), IPPROTO_IP, IP_FREEBIND, &one, sizeof(one));
-  }
-}
-
-absl::Status FromAsio(const boost::system::error_code& ec, const std::string& what) {
-  return ErrnoStatus(ec.value(), what);
-}
-
-class UdpServer : public std::enable_shared_from_this<UdpServer> {
- public:
-  UdpServer(asio::io_context& io, std::shared_ptr<Shared> sh, std::shared_ptr<Live> live)
-      : sock_(io), sh_(std::move(sh)), live_(std::move(live)) {}
-
-  absl::Status Open(const udp::endpoint& ep, UniqueFd inherited = {}) {
-    boost::system::error_code ec;
-    bool v6 = ep.address().is_v6();
-    if (inherited.valid()) {
-      // The previous daemon's socket, bound and sized: the endpoint never closed.
-      sock_.assign(v6 ? udp::v6() : udp::v4(), inherited.release(), ec);
-      if (ec) return FromAsio(ec, absl::StrCat("adopt UDP ", ep.address().to_string(), " port ", ep.port()));
-      return absl::OkStatus();
-    }
-    sock_.open(v6 ? udp::v6() : udp::v4(), ec);
-    if (!ec && v6) sock_.set_option(asio::ip::v6_only(true), ec);
-    // No SO_REUSEADDR: on UDP it would let a second socket share the
-    // endpoint and take its queries, and the socket is the identity.
-    if (!ec) {
-      FreeBind(sock_, v6);
-      sock_.bind(ep, ec);
-    }
-    if (ec) return FromAsio(ec, absl::StrCat("bind UDP ", ep.address().to_string(), " port ", ep.port()));
-    SetReceiveBuffer(sh_->opts.udp_receive_buffer);
-    return absl::OkStatus();
-  }
-
-  // What the kernel holds for the socket's receive buffer (getsockopt).
-  int ReceiveBuffer() {
-    int v = 0;
-    socklen_t len = sizeof(v);
-    if (getsockopt(sock_.native_handle(), SOL_SOCKET, SO_RCVBUF, &v, &len) != 0) return -1;
-    return v;
-  }
-  uint16_t LocalPort() {
-    boost::system::error_code ec;
-    auto ep = sock_.local_endpoint(ec);
-    return ec ? 0 : ep.port();
-  }
-
-  // A burst of queries waits in this buffer while the loop is busy (an
-  // answer's map writes, another sandbox's burst): the default (about 208 KiB,
-  // a few hundred queries) drops them at a few thousand queries a second.
-  // SO_RCVBUFFORCE passes net.core.rmem_max, with CAP_NET_ADMIN; without it
-  // SO_RCVBUF, which the kernel caps at rmem_max.
-  void SetReceiveBuffer(int bytes) {
-    if (bytes <= 0) return;
-    const int fd = sock_.native_handle();
-    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) != 0 &&
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) != 0) {
-      spdlog::warn("dns: SO_RCVBUF {} on a proxy socket: {}", bytes, ErrnoStatus(errno, "setsockopt").ToString());
-    }
-  }
-
-  void Receive() {
-    auto self = shared_from_this();
-    receiving_ = true;
-    sock_.async_receive_from(asio::buffer(buf_), from_, [self](const boost::system::error_code& ec, size_t n) {
-      self->receiving_ = false;
-      if (ec == asio::error::operation_aborted || !self->sock_.is_open() || self->live_->stopped) return;
-      if (!ec) self->OnMessage(n);
-      if (!self->quiesced_) self->Receive();
-    });
-  }
-
-  // Reads no more (the socket is another daemon's now); what was read is
-  // still answered.  cancel() would also abort a send in progress: it waits
-  // for the sends to complete.
-  void Quiesce() {
-    quiesced_ = true;
-    MaybeCancel();
-  }
-  int fd() { return sock_.native_handle(); }
-
-  void Close() {
-    boost::system::error_code ec;
-    sock_.close(ec);
-  }
-
- private:
-  void OnMessage(size_t n) {
-    auto self = shared_from_this();
-    udp::endpoint to = from_;
-    Handle(sh_, live_, std::span<const uint8_t>(buf_.data(), n), false, [self, to](Bytes b) {
-      if (b.empty() || !self->sock_.is_open()) return;
-      auto p = std::make_shared<Bytes>(std::move(b));
-      ++self->sends_;
-      self->sock_.async_send_to(asio::buffer(*p), to, [self, p](const boost::system::error_code&, size_t) {
-        --self->sends_;
-        self->MaybeCancel();
-      });
-    });
-  }
-
-  void MaybeCancel() {
-    if (!quiesced_ || sends_ > 0 || !receiving_) return;
-    boost::system::error_code ec;
-    sock_.cancel(ec);
-  }
-
-  udp::socket sock_;
-  std::shared_ptr<Shared> sh_;
-  std::shared_ptr<Live> live_;
-  std::array<uint8_t, kMaxMessage> buf_;
-  udp::endpoint from_;
-  bool receiving_ = false, quiesced_ = false;
-  size_t sends_ = 0;
-};
 
 class TcpServer;
 

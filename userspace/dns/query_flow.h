@@ -35,7 +35,11 @@ struct Counters {
       protected_removed{0}, out_of_chain_removed{0},
       // Bounds (learned_book.h): addresses evicted under a name's cap, not
       // learned past the cap or the sandbox's quota, evictions refused.
-      evicted{0}, cap_refused{0}, quota_refused{0}, evict_failed{0};
+      evicted{0}, cap_refused{0}, quota_refused{0}, evict_failed{0},
+      // System calls that read queries from the endpoints' UDP sockets (each
+      // takes up to kUdpBatch, udp_endpoint.h): queries / udp_reads is the
+      // batching under load.
+      udp_reads{0};
 };
 
 struct Decision {
