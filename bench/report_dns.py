@@ -204,15 +204,25 @@ def dns_speed(out, r):
             goal = 200 if row == "allowed" else 50
             a99e = c["added_p99_us"]["egressd"]["median"]
             a99n = c["added_p99_us"]["nftables"]["median"]
-            verdict = "met" if a99e < goal else f"MISSED by {a99e - goal:.0f} µs"
-            ahead = ", ahead of nftables" if a99e < a99n else ", NOT ahead of nftables"
+            lost = {en: c["lost"][en]["lost"] / max(c["lost"][en]["sent"], 1) for en in ("none", "nftables", "egressd")}
+            # A percentile over the answers that came back says nothing when
+            # many did not (a serve that answered none has an empty p99).
+            if lost["egressd"] >= 0.01 or lost["none"] >= 0.01:
+                who = "egressd" if lost["egressd"] >= 0.01 else "the floor"
+                verdict = f"not measured ({who} lost {100 * max(lost['egressd'], lost['none']):.1f}%)"
+                ahead = ""
+            else:
+                verdict = "met" if a99e < goal else f"MISSED by {_us(a99e - goal)}"
+                if lost["nftables"] >= 0.01:
+                    ahead = ", nftables lost {:.1f}%".format(100 * lost["nftables"])
+                else:
+                    ahead = ", ahead of nftables" if a99e < a99n else ", NOT ahead of nftables"
             out.append(f"| {row} | {rate:,}/s | {c['p50_us']['none']['median']:.0f} µs | "
                        f"{c['p99_us']['none']['median']:.0f} µs | {_diff(c['added_p50_us']['nftables'])} | "
                        f"{_diff(c['added_p50_us']['egressd'])} | {_diff(c['added_p99_us']['nftables'])} | "
                        f"{_diff(c['added_p99_us']['egressd'])} | {_ratio(c['p99_us_ratio']['nftables'])} | "
                        f"{_ratio(c['p99_us_ratio']['egressd'])} | < {goal} µs: {verdict}{ahead} | "
-                       + " / ".join(f"{100 * c['lost'][en]['lost'] / max(c['lost'][en]['sent'], 1):.1f}%"
-                                    for en in ("none", "nftables", "egressd")) + " |")
+                       + " / ".join(f"{100 * lost[en]:.1f}%" for en in ("none", "nftables", "egressd")) + " |")
     out.append("")
     out.append(f"Highest rate with under 1% loss: a step search of open-loop `egr-dns-load` rates ("
                f"{s['step_seconds']:g} s a step, up the ladder {', '.join(f'{x:,}' for x in s['ladder'])} until a step "
