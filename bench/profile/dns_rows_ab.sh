@@ -14,20 +14,9 @@ set -euo pipefail
 out=$1 n=$2
 shift 2
 cd "$(dirname "$0")/../.."
-mkdir -p "$out"
-for v in "$@"; do
-  name=${v%%=*} bin=${v#*=}
-  printf '#!/bin/sh\nshift\nexec %q "$@"\n' "$bin" >"$out/$name-serve"
-  chmod +x "$out/$name-serve"
-done
-for ((i = 1; i <= n; i++)); do
-  for v in "$@"; do
-    name=${v%%=*}
-    echo "$(date +%T) $name $i load $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/log"
-    BENCH_OUT=$out/$name-$i EGR_BENCH_SERVE_PREFIX=$out/$name-serve \
-      bench/run.sh --quick --only dns >"$out/$name-$i.log" 2>&1 || echo "run $name $i failed: $out/$name-$i.log" >&2
-  done
-done
+. bench/profile/ab_lib.sh
+run_dns_rows() { bench/run.sh --quick --only dns; }
+ab_alternate "$out" "$n" run_dns_rows "$@"
 python3 - "$out" <<'PY'
 import collections, glob, json, os, statistics, sys
 agg = collections.defaultdict(lambda: collections.defaultdict(list))

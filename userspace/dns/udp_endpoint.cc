@@ -70,6 +70,7 @@ absl::Status UdpServer::Open(const udp::endpoint& ep, UniqueFd inherited) {
   boost::system::error_code ec;
   bool v6 = ep.address().is_v6();
   if (inherited.valid()) {
+    // The previous daemon's socket, bound and sized: the endpoint never closed.
     sock_.assign(v6 ? udp::v6() : udp::v4(), inherited.release(), ec);
     if (ec) return FromAsio(ec, absl::StrCat("adopt UDP ", ep.address().to_string(), " port ", ep.port()));
     return absl::OkStatus();
