@@ -1,6 +1,7 @@
 // egr-min-relay: the least any user-space DNS proxy at egressd's hop can do,
-// to measure what the hop itself adds on this machine (bench/README.md,
-// "The proxy hop's floor").  One thread, one epoll, two UDP sockets: the
+// to measure what the hop itself adds on this machine (bench/results/
+// 2026-12-03-dns-hop-floor.md; bench/README.md's profile list says how to
+// run it).  One thread, one epoll, two UDP sockets: the
 // sandbox's endpoint and one long-lived socket connected to the upstream.
 // A query is read, given the next ID, sent upstream; its answer gets the
 // client's ID back and is sent to the client.  No parsing, no policy, no
