@@ -66,9 +66,12 @@ absl::StatusOr<SweepResult> SweepResolved(int resolved_fd, int use_fd, uint64_t 
       ++r.kept_in_use;
       ++r.live;
     } else if (u != use.end() && u->second.last_used_ns != 0 &&
-               now - u->second.last_used_ns < uint64_t{v.keep_s} * 1'000'000'000ull + EGR_USE_REFRESH_NS) {
+               u->second.last_used_ns + uint64_t{v.keep_s} * 1'000'000'000ull + EGR_USE_REFRESH_NS > now) {
       // As the programs judge it (verdict.h): the stamp may lag a busy
-      // sender's last send by a refresh interval.
+      // sender's last send by a refresh interval, and may be later than
+      // `now` (a send stamped it after this sweep read the clock, before it
+      // read the map): `now - stamp` wrapped then, and the entry of an
+      // address a flow was sending to was collected.
       earliest(u->second.last_used_ns + uint64_t{v.keep_s} * 1'000'000'000ull + EGR_USE_REFRESH_NS);
       ++r.kept_in_use;
       ++r.live;

@@ -62,7 +62,8 @@ static __always_inline void egr_use_send(__u64 sandbox_id, const struct egr_addr
 	struct egr_resuse_val *u = egr_use_record(sandbox_id, a->b);
 	__u64 now = bpf_ktime_get_boot_ns();
 
-	if (u && now - u->last_used_ns >= EGR_USE_REFRESH_NS)
+	/* Not `now - stamp`: another CPU may have stamped it after `now`. */
+	if (u && now >= u->last_used_ns + EGR_USE_REFRESH_NS)
 		u->last_used_ns = now;
 }
 

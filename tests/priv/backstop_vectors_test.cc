@@ -22,6 +22,7 @@
 #include "userspace/common/node.h"
 #include "maps/dns_endpoints.h"
 #include "maps/pinned_maps.h"
+#include "maps/resolved_table.h"
 #include "maps/stats.h"
 #include "userspace/control/registry.h"
 
@@ -262,6 +263,72 @@ TEST(BackstopVectors, EachPacketGetsTheVerdictItsRuleNames) {
   ASSERT_EQ(results.size(), drop.size());
   for (const auto& [name, got] : results) EXPECT_EQ(got.first, int64_t(got.second)) << name;
   close(prog);
+  EXPECT_TRUE(registry.Unregister(*id).ok());
+}
+
+// A learned address past its expiry passes a send while the sandbox's sends
+// keep it (bpf/lib/verdict.h), however the use stamp and the program's
+// clock are ordered: a send on another CPU can stamp it after this program
+// read its clock.  `now - stamp` wrapped then and the send was refused (the
+// stamp below is ahead by seconds so the order holds for the whole run).
+// Controls: a stamp within the keep passes, a lapsed one is refused, and an
+// unexpired address passes with no use at all.
+TEST(BackstopVectors, AnExpiredAddressASendKeepsPassesWhicheverOfStampAndClockIsLater) {
+  EGR_REQUIRE_PRIVILEGES();
+  Egressd& e = Shared();
+  auto cg = e.lab().MakeCgroup("testrun-keep");
+  ASSERT_TRUE(cg.ok());
+  auto id = CgroupIdOf(*cg);
+  ASSERT_TRUE(id.ok());
+  Paths paths;
+  paths.pin_root = e.pin_root();
+  paths.runtime_dir = e.runtime_dir();
+  control::Registry registry(paths);
+  ASSERT_TRUE(registry.Register(*id, VectorsPolicy()).ok());
+  auto maps = maps::PinnedMaps::Open(e.pin_root());
+  ASSERT_TRUE(maps.ok()) << maps.status();
+  const uint64_t s = 1'000'000'000ull;
+  // keep_s 2 (a send keeps it for 2 s plus the refresh interval): short, so
+  // every stamp below is a time after boot even in a guest booted seconds
+  // ago; long enough for a slow emulated run between `now` and the vectors.
+  maps::ResolvedTable table(maps->resolved(), maps->resuse(), 2 * s);
+  const uint64_t now = maps::BootClockNs();
+  struct Case {
+    const char* name;
+    const char* addr;
+    int64_t stamp_from_now_ns;  // 0: no use record
+    uint64_t expires;
+    uint32_t want;
+  };
+  const std::vector<Case> cases = {
+      {"StampLaterThanTheProgramsClockPasses", "192.0.2.30", int64_t(5 * s), now - s, kPass},
+      {"StampWithinTheKeepPasses", "192.0.2.31", -int64_t(s / 1000), now - s, kPass},
+      {"StampPastTheKeepRefused", "192.0.2.32", -int64_t(5 * s), now - s, kReject},
+      {"ExpiredWithoutUseRefused", "192.0.2.33", 0, now - s, kReject},
+      {"UnexpiredPasses", "192.0.2.34", 0, now + 60 * s, kPass},
+  };
+  std::vector<Vector> vectors;
+  for (const auto& c : cases) {
+    const net::IpAddr a = *net::IpAddr::Parse(c.addr);
+    ASSERT_TRUE(table.Learn(*id, a, c.expires, 1).ok()) << c.name;
+    if (c.stamp_from_now_ns != 0) {
+      egr_resolved_key k = maps::ResolvedKeyOf(*id, a);
+      egr_resuse_val u{};
+      u.last_used_ns = now + c.stamp_from_now_ns;
+      ASSERT_EQ(bpf_map_update_elem(maps->resuse(), &k, &u, BPF_ANY), 0) << c.name;
+    }
+    vectors.push_back({c.name, V4(c.addr, 17, 7000), c.want});
+  }
+  int prog = BackstopProgFd(e.pin_root());
+  ASSERT_GE(prog, 0) << "cannot find the backstop program: " << std::strerror(errno);
+  auto results = RunInCgroup(prog, *cg, vectors);
+  ASSERT_EQ(results.size(), vectors.size());
+  for (const auto& [name, got] : results) EXPECT_EQ(got.first, int64_t(got.second)) << name;
+  close(prog);
+  for (const auto& c : cases) {
+    const net::IpAddr a = *net::IpAddr::Parse(c.addr);
+    EXPECT_TRUE(table.Forget(*id, a).ok()) << c.name;
+  }
   EXPECT_TRUE(registry.Unregister(*id).ok());
 }
 

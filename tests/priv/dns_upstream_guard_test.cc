@@ -25,8 +25,9 @@
 //     answer and the forged address is never learned.
 //   - Positive controls: the same attacker's allowed traffic to the node's
 //     address (another port) still leaves; the proxy still resolves.
-//   - The guards follow the sockets: one per open upstream socket, at the
-//     address and port the resolver saw, gone when the proxy is stopped.
+//   - The guards follow the sockets: one per open upstream socket (in use or
+//     ready), at the address and port the resolver saw, gone when the proxy
+//     is stopped; a killed proxy's are removed by the next start.
 #include <signal.h>
 #include <unistd.h>
 
@@ -41,6 +42,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "dns_sandboxes.h"
@@ -266,12 +268,45 @@ TEST_F(UpstreamGuard, ForgedAnswersFromASandboxOnTheUpstreamsOwnPathAreDroppedIn
   EXPECT_EQ(Errno(control[0]), "ECONNREFUSED") << last_;
   EXPECT_EQ(Counter("dns_deny"), denied_before_control);
 
-  // The guards follow the sockets: the proxy stopped, none is left.
+  // The guards follow the sockets.  Stopped (SIGTERM), the proxy removes
+  // every guard of its own, its ready sockets' too; none is left.
+  auto ours = [&] {
+    std::vector<uint16_t> ports;
+    for (const auto& [addr, port] : Guards()) {
+      if (addr.ToString() == kNodeResolver) ports.push_back(port);
+    }
+    return ports;
+  };
+  EXPECT_FALSE(ours().empty()) << "the proxy's ready sockets wait guarded";
+  ASSERT_EQ(kill(serve_->pid(), SIGTERM), 0);
+  RunResult stopped = serve_->Wait(Scaled(20s));
+  serve_.reset();
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.Describe();
+  EXPECT_EQ(absl::StrJoin(ours(), " "), "") << "a guard outlived its socket (these ports)";
+
+  // Killed (SIGKILL), it leaves the guards of the sockets it had open (its
+  // ready ones, prepared after a query); the next start removes them, as no
+  // socket holds their port.
+  auto again = ServeDns({"--upstream-dns", kNodeResolver, "--upstream-tries", "1"});
+  ASSERT_TRUE(again.ok()) << again.status();
+  serve_ = std::move(*again);
+  hold_->Stop();  // nothing answers now: the query is refused, but it used a socket
+  hold_.reset();
+  auto asked = Ask(victim2, Name("guarded"));
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  RunResult refused = asked->Wait(Window() + 20s);
+  EXPECT_TRUE(Lab::WaitFor([&] { return !ours().empty(); })) << "no ready socket was prepared: " << refused.Describe();
+  const std::vector<uint16_t> left = ours();
   serve_->Stop();
   serve_.reset();
-  for (const auto& [addr, port] : Guards()) {
-    EXPECT_NE(addr.ToString(), kNodeResolver) << "a guard outlived its socket: port " << port;
-  }
+  EXPECT_EQ(ours(), left) << "the killed proxy's guards are left in the map";
+  auto restarted = ServeDns({"--upstream-dns", kNodeResolver, "--upstream-tries", "1"});
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  serve_ = std::move(*restarted);
+  EXPECT_EQ(absl::StrJoin(ours(), " "), "") << "the next start left a killed proxy's guards (these ports)";
+  ASSERT_EQ(kill(serve_->pid(), SIGTERM), 0);
+  serve_->Wait(Scaled(20s));
+  serve_.reset();
 }
 
 }  // namespace

@@ -56,7 +56,9 @@ TEST(DnsUpstreamSocket, IsBoundToTheRoutesInterfaceBeforeItConnects) {
   v6.sin6_port = htons(53);
   v6.sin6_addr = in6addr_loopback;
   auto i6 = RouteOutputInterface(reinterpret_cast<sockaddr*>(&v6), sizeof(v6));
-  if (i6.ok()) EXPECT_EQ(*i6, lo);  // (a host without IPv6 has no route to ::1)
+  if (i6.ok()) {  // (a host without IPv6 has no route to ::1)
+    EXPECT_EQ(*i6, lo);
+  }
 
   const ares_socket_functions* f = InterfaceBoundSocketFunctions();
   ares_socket_t fd = f->asocket(AF_INET, SOCK_DGRAM, 0, nullptr);

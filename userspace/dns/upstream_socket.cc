@@ -108,22 +108,10 @@ ares_socket_t GuardedSocket(int family, int type, int protocol, void* data) {
     while (!g->ready.empty()) {
       const GuardedSockets::Ready r = g->ready.front();
       g->ready.erase(g->ready.begin());
+      g->held[r.fd] = {r.addr, r.port};  // guarded since it was prepared
       if (now - r.routed > GuardedSockets::kReadyMaxAge) {
-        close(r.fd);
+        CloseGuarded(g, r.fd);
         continue;
-      }
-      // Guarded now, before its first packet; what reached it unguarded
-      // while it waited (a forgery sprayed at its port) is read and dropped
-      // once the guard keeps every sandbox out.
-      if (absl::Status s = g->guard->Add(r.addr, r.port); !s.ok()) {
-        spdlog::warn("dns: prepared upstream socket {} port {} not guarded: {}", r.addr.ToString(), r.port,
-                     s.ToString());
-        close(r.fd);
-        continue;
-      }
-      g->held[r.fd] = {r.addr, r.port};
-      char drop[512];
-      while (recv(r.fd, drop, sizeof(drop), MSG_DONTWAIT) >= 0) {
       }
       g->taken.insert(r.fd);
       ++g->ready_used;
@@ -190,19 +178,42 @@ void GuardedSockets::Refill() {
     const int fd = socket(server->sa_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return;
     auto bound = BindAsRouted(fd, **r);
-    if (!bound.ok() || connect(fd, server, ready_server_len) != 0) {
-      spdlog::warn("dns: upstream socket not prepared: {}",
-                   bound.ok() ? absl::StrCat("connect: ", std::strerror(errno)) : bound.status().ToString());
+    if (!bound.ok()) {
+      spdlog::warn("dns: upstream socket not prepared: {}", bound.status().ToString());
       close(fd);
       route.reset();  // looked up again next time: the route may be what failed
       return;
     }
-    ready.push_back({fd, route->looked_up, bound->first, bound->second});
+    const auto [src, port] = *bound;
+    // Guarded from before its first packet to after its close: no sandbox's
+    // packet reaches it, waiting or in use.
+    if (absl::Status s = guard->Add(src, port); !s.ok()) {
+      spdlog::warn("dns: upstream socket {} port {} not prepared: guard: {}", src.ToString(), port, s.ToString());
+      close(fd);
+      return;  // the next query makes its own and reports why
+    }
+    if (connect(fd, server, ready_server_len) != 0) {
+      spdlog::warn("dns: upstream socket not prepared: connect: {}", std::strerror(errno));
+      close(fd);
+      guard->Remove(src, port);
+      route.reset();
+      return;
+    }
+    // What reached its port between bind() and the guard (a spray at a
+    // guessed port) is dropped here, off every query's path: from now on
+    // only the server's answers can arrive.
+    char drop[512];
+    while (recv(fd, drop, sizeof(drop), MSG_DONTWAIT) >= 0) {
+    }
+    ready.push_back({fd, route->looked_up, src, port});
   }
 }
 
 void GuardedSockets::Drain() {
-  for (const Ready& r : ready) close(r.fd);  // never guarded
+  for (const Ready& r : ready) {
+    close(r.fd);  // closed first, unguarded after
+    guard->Remove(r.addr, r.port);
+  }
   ready.clear();
 }
 

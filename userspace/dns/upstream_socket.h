@@ -65,11 +65,15 @@ class UpstreamGuard {
 // sends nothing), each used for one socket's life as c-ares would have used
 // a fresh one and then closed; the loop prepares the next once c-ares
 // closed one (its query answered) or found none ready (`refill`).  A ready
-// socket is guarded when c-ares takes it, before its first packet, and what
-// reached it before is read and dropped then; so a waiting one holds no
-// guard, and a killed proxy leaves none for it.  One routed longer than
-// kReadyMaxAge ago is not used (the route may have changed): closed, and a
-// fresh one made the usual way.  (Preparing and closing them on a thread of
+// socket is guarded when it is prepared, before connect(), and unguarded
+// after its close: nothing of a sandbox's reaches it while it waits either
+// (what reached its port between bind() and the guard is read and dropped
+// before it is ready), and taking one makes no system call on the query's
+// path.  A killed proxy
+// leaves the guards of its ready sockets, as of those in use; the next start
+// removes them (no socket holds their port: KernelUpstreamGuard::Open).  One
+// routed longer than kReadyMaxAge ago is not used (the route may have
+// changed): closed, and a fresh one made the usual way.  (Preparing and closing them on a thread of
 // their own instead cost more in wake-ups than it took off the loop: same
 // notes, section 4.)
 struct GuardedSockets {
@@ -84,7 +88,7 @@ struct GuardedSockets {
   struct Ready {
     int fd;
     std::chrono::steady_clock::time_point routed;  // its route's lookup
-    net::IpAddr addr;                              // what its guard will name
+    net::IpAddr addr;                              // what its guard names
     uint16_t port;
   };
   std::vector<Ready> ready;
@@ -108,7 +112,7 @@ struct GuardedSockets {
   // Prepares sockets until kReadySockets are ready (or one fails: the next
   // query makes its own and reports why).
   void Refill();
-  // Closes the ready ones (unguarded while they wait).
+  // Closes the ready ones and removes their guards.
   void Drain();
 };
 
