@@ -195,6 +195,16 @@ struct egr_resuse_val {
 	__u32 pad0;
 };
 
+/* Until when (boot ns) the sandbox's sends keep an address stamped at
+ * last_used_ns, for a keep of keep_ns; 0 when nothing stamped it.  Every
+ * reader compares it with its clock (`until > now`), never `now - stamp`: a
+ * send on another CPU, or between a reader's clock and its read, stamps it
+ * later than the reader's `now`, and the subtraction wraps. */
+static inline __u64 egr_sends_keep_until(__u64 last_used_ns, __u64 keep_ns)
+{
+	return last_used_ns ? last_used_ns + keep_ns + EGR_USE_REFRESH_NS : 0;
+}
+
 /* ---- egr_sock_v2 (socket storage): what connect/sendmsg decided ---- */
 enum egr_sock_flags {
 	EGR_SOCK_ACTIVE = 1 << 0,        /* went through connect()/sendmsg() */

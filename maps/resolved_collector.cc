@@ -58,6 +58,10 @@ absl::StatusOr<SweepResult> SweepResolved(int resolved_fd, int use_fd, uint64_t 
   };
   for (const auto& [k, v] : AllEntries<egr_resolved_key, egr_resolved_val>(resolved_fd)) {
     auto u = use.find(k);
+    // As the programs judge it (verdict.h).  A send between this sweep's
+    // clock and its read of the map stamps the record after `now`.
+    const uint64_t sends_keep_until =
+        u == use.end() ? 0 : egr_sends_keep_until(u->second.last_used_ns, uint64_t{v.keep_s} * 1'000'000'000ull);
     if (v.expires_boot_ns > now) {
       earliest(v.expires_boot_ns);
       ++r.live;
@@ -65,14 +69,8 @@ absl::StatusOr<SweepResult> SweepResolved(int resolved_fd, int use_fd, uint64_t 
       r.held_expired = true;  // until the last holder is released
       ++r.kept_in_use;
       ++r.live;
-    } else if (u != use.end() && u->second.last_used_ns != 0 &&
-               u->second.last_used_ns + uint64_t{v.keep_s} * 1'000'000'000ull + EGR_USE_REFRESH_NS > now) {
-      // As the programs judge it (verdict.h): the stamp may lag a busy
-      // sender's last send by a refresh interval, and may be later than
-      // `now` (a send stamped it after this sweep read the clock, before it
-      // read the map): `now - stamp` wrapped then, and the entry of an
-      // address a flow was sending to was collected.
-      earliest(u->second.last_used_ns + uint64_t{v.keep_s} * 1'000'000'000ull + EGR_USE_REFRESH_NS);
+    } else if (sends_keep_until > now) {
+      earliest(sends_keep_until);
       ++r.kept_in_use;
       ++r.live;
     } else {

@@ -107,7 +107,7 @@ absl::StatusOr<bool> ResolvedTable::InUse(uint64_t sandbox, const net::IpAddr& a
 
 bool ResolvedTable::InUseAt(const egr_resuse_val& use, uint64_t now_boot_ns, uint64_t window_ns) {
   if (use.socks > 0) return true;
-  return use.last_used_ns != 0 && now_boot_ns < use.last_used_ns + window_ns + EGR_USE_REFRESH_NS;
+  return egr_sends_keep_until(use.last_used_ns, window_ns) > now_boot_ns;
 }
 
 absl::StatusOr<std::optional<egr_resolved_val>> ResolvedTable::Get(uint64_t sandbox, const net::IpAddr& addr) const {

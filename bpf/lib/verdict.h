@@ -117,11 +117,7 @@ static __always_inline int egr_resolved_allowed(__u64 sandbox_id, const struct e
 	if (use != EGR_RES_SEND)
 		return 0;
 	u = bpf_map_lookup_elem(&egr_resuse_v1, &k);
-	/* The stamp may lag the last send by up to a refresh interval, and may
-	 * be later than `now`: a send on another CPU can stamp it after this
-	 * program read the clock.  So no `now - stamp`, which wraps then. */
-	return u && u->last_used_ns &&
-	       u->last_used_ns + (__u64)v->keep_s * 1000000000ull + EGR_USE_REFRESH_NS > now;
+	return u && egr_sends_keep_until(u->last_used_ns, (__u64)v->keep_s * 1000000000ull) > now;
 }
 
 /* The policy's decision for one destination of sandbox sb.  port is in host

@@ -178,6 +178,14 @@ std::vector<Vector> Vectors() {
   };
 }
 
+// The shared instance's pins and runtime state, for a Registry of its own.
+Paths InstancePaths(const Egressd& e) {
+  Paths paths;
+  paths.pin_root = e.pin_root();
+  paths.runtime_dir = e.runtime_dir();
+  return paths;
+}
+
 // The program behind the pinned egr_skb_egress link.
 int BackstopProgFd(const std::string& pin_root) {
   int link = bpf_obj_get((pin_root + "/links/egr_skb_egress").c_str());
@@ -241,10 +249,7 @@ TEST(BackstopVectors, EachPacketGetsTheVerdictItsRuleNames) {
   auto id = CgroupIdOf(*cg);
   ASSERT_TRUE(id.ok());
   policy::CompiledPolicy p = VectorsPolicy();
-  Paths paths;
-  paths.pin_root = e.pin_root();
-  paths.runtime_dir = e.runtime_dir();
-  control::Registry registry(paths);
+  control::Registry registry(InstancePaths(e));
   ASSERT_TRUE(registry.Register(*id, p).ok());
 
   int prog = BackstopProgFd(e.pin_root());
@@ -280,10 +285,7 @@ TEST(BackstopVectors, AnExpiredAddressASendKeepsPassesWhicheverOfStampAndClockIs
   ASSERT_TRUE(cg.ok());
   auto id = CgroupIdOf(*cg);
   ASSERT_TRUE(id.ok());
-  Paths paths;
-  paths.pin_root = e.pin_root();
-  paths.runtime_dir = e.runtime_dir();
-  control::Registry registry(paths);
+  control::Registry registry(InstancePaths(e));
   ASSERT_TRUE(registry.Register(*id, VectorsPolicy()).ok());
   auto maps = maps::PinnedMaps::Open(e.pin_root());
   ASSERT_TRUE(maps.ok()) << maps.status();
@@ -349,10 +351,7 @@ TEST(BackstopVectors, Port53AndEndpointsAreDroppedWithoutTheRedirect) {
   policy::CompiledPolicy p = VectorsPolicy();
   p.allowed.push_back({*net::Cidr::Parse("10.244.0.0/16"), {}, "test"});
   p.allowed.push_back({*net::Cidr::Parse("fd00:244::/64"), {}, "test"});
-  Paths paths;
-  paths.pin_root = e.pin_root();
-  paths.runtime_dir = e.runtime_dir();
-  control::Registry registry(paths);
+  control::Registry registry(InstancePaths(e));
   control::SandboxSpec spec{.cgroup_id = *id};
   spec.dns_addr4 = *net::IpAddr::Parse("10.244.0.1");
   spec.dns_addr6 = *net::IpAddr::Parse("fd00:244::1");
@@ -404,9 +403,7 @@ TEST(BackstopVectors, TcProgramAtL2JudgesEachPacketAsTheCgroupBackstopDoes) {
   ASSERT_TRUE(cg.ok());
   auto id = CgroupIdOf(*cg);
   ASSERT_TRUE(id.ok());
-  Paths paths;
-  paths.pin_root = e.pin_root();
-  control::Registry registry(paths);
+  control::Registry registry(InstancePaths(e));
   ASSERT_TRUE(registry.Register(*id, VectorsPolicy()).ok());
 
   // pin_root_path: libbpf reuses the instance's pinned maps (same layouts).
@@ -440,10 +437,7 @@ TEST(BackstopVectors, AuditOnlyPassesOnlyThePolicysOwnDenials) {
   ASSERT_TRUE(id.ok());
   policy::CompiledPolicy p = VectorsPolicy();
   p.audit.audit_only = true;
-  Paths paths;
-  paths.pin_root = e.pin_root();
-  paths.runtime_dir = e.runtime_dir();
-  control::Registry registry(paths);
+  control::Registry registry(InstancePaths(e));
   ASSERT_TRUE(registry.Register(*id, p).ok());
   const Bytes lsrr = {1, 131, 7, 4, 192, 0, 2, 11};
   std::vector<Vector> vectors = {

@@ -108,7 +108,6 @@ ares_socket_t GuardedSocket(int family, int type, int protocol, void* data) {
     while (!g->ready.empty()) {
       const GuardedSockets::Ready r = g->ready.front();
       g->ready.erase(g->ready.begin());
-      g->held[r.fd] = {r.addr, r.port};  // guarded since it was prepared
       if (now - r.routed > GuardedSockets::kReadyMaxAge) {
         CloseGuarded(g, r.fd);
         continue;
@@ -192,10 +191,10 @@ void GuardedSockets::Refill() {
       close(fd);
       return;  // the next query makes its own and reports why
     }
+    held[fd] = {src, port};
     if (connect(fd, server, ready_server_len) != 0) {
       spdlog::warn("dns: upstream socket not prepared: connect: {}", std::strerror(errno));
-      close(fd);
-      guard->Remove(src, port);
+      CloseGuarded(this, fd);
       route.reset();
       return;
     }
@@ -205,15 +204,12 @@ void GuardedSockets::Refill() {
     char drop[512];
     while (recv(fd, drop, sizeof(drop), MSG_DONTWAIT) >= 0) {
     }
-    ready.push_back({fd, route->looked_up, src, port});
+    ready.push_back({fd, route->looked_up});
   }
 }
 
 void GuardedSockets::Drain() {
-  for (const Ready& r : ready) {
-    close(r.fd);  // closed first, unguarded after
-    guard->Remove(r.addr, r.port);
-  }
+  for (const Ready& r : ready) CloseGuarded(this, r.fd);
   ready.clear();
 }
 

@@ -69,16 +69,15 @@ class UpstreamGuard {
 // after its close: nothing of a sandbox's reaches it while it waits either
 // (what reached its port between bind() and the guard is read and dropped
 // before it is ready), and taking one makes no system call on the query's
-// path.  A killed proxy
-// leaves the guards of its ready sockets, as of those in use; the next start
-// removes them (no socket holds their port: KernelUpstreamGuard::Open).  One
-// routed longer than kReadyMaxAge ago is not used (the route may have
-// changed): closed, and a fresh one made the usual way.  (Preparing and closing them on a thread of
-// their own instead cost more in wake-ups than it took off the loop: same
-// notes, section 4.)
+// path.  A killed proxy leaves the guards of its ready sockets, as of those
+// in use; the next start removes them (no socket holds their port:
+// KernelUpstreamGuard::Open).  One routed longer than kReadyMaxAge ago is
+// not used (the route may have changed): closed, and a fresh one made the
+// usual way.  (Preparing and closing them on a thread of their own instead
+// cost more in wake-ups than it took off the loop: same notes, section 4.)
 struct GuardedSockets {
   UpstreamGuard* guard = nullptr;
-  std::map<int, std::pair<net::IpAddr, uint16_t>> held;  // fd -> its guard
+  std::map<int, std::pair<net::IpAddr, uint16_t>> held;  // fd -> its guard (ready or in use)
 
   // The one UDP server sockets are prepared for (unset: none prepared).
   std::optional<sockaddr_storage> ready_server;
@@ -86,10 +85,8 @@ struct GuardedSockets {
   // Schedules Refill() on the channel's loop, after the current handler.
   std::function<void()> refill;
   struct Ready {
-    int fd;
+    int fd;  // its guard in `held`
     std::chrono::steady_clock::time_point routed;  // its route's lookup
-    net::IpAddr addr;                              // what its guard names
-    uint16_t port;
   };
   std::vector<Ready> ready;
   std::set<int> taken;  // handed to c-ares from `ready`, not yet connected
