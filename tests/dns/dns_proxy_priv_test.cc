@@ -851,9 +851,9 @@ TEST_F(DnsProxyPriv, LearnLatencySpansTheMapWrites) {
   };
   class Events : public QueryObserver {
    public:
-    void OnQuery(const QueryEvent& e) override {
+    void OnQuery(std::shared_ptr<const QueryEvent> e) override {
       std::lock_guard<std::mutex> l(mu);
-      by_name[e.qname] = e;
+      by_name[e->qname] = *e;
     }
     std::optional<QueryEvent> Of(const std::string& n) {
       std::lock_guard<std::mutex> l(mu);

@@ -2,7 +2,8 @@
 // of each message, as one record of the stream (docs/audit.md, "DNS"), with
 // Hubble's names where they fit (`dns.query`, `dns.qtypes`, `dns.rcode`,
 // `dns.ips`, `dns.ttl`, `dns.cnames`).  DnsAudit sends them through the
-// process's UserEventWriter, so the proxy never waits on audit.
+// process's UserEventWriter, so the proxy never waits on audit, and the
+// writer's thread encodes them, so the proxy's loop never formats a line.
 #pragma once
 
 #include <cstdint>
@@ -21,15 +22,19 @@ std::string QtypeName(uint16_t qtype);
 std::string RcodeName(uint8_t rcode);
 
 nlohmann::json DnsJson(const dns::QueryEvent& e);
-// DnsJson(e), dumped as the stream writes it, without building the tree: the
-// proxy encodes one per query in its loop thread, where the tree and its
-// serialisation were two thirds of its instructions (docs/dns.md "Speed").
+// DnsJson(e), dumped as the stream writes it, without building the tree: one
+// per query, where the tree and its serialisation were two thirds of the
+// proxy's instructions when its loop encoded them (docs/dns.md "Speed").
 std::string DnsLine(const dns::QueryEvent& e);
 
 class DnsAudit : public dns::QueryObserver {
  public:
   explicit DnsAudit(UserEventWriter& writer) : writer_(writer) {}
-  void OnQuery(const dns::QueryEvent& e) override { writer_.SubmitLine(DnsLine(e), e.sandbox_id); }
+  // Encoded by the writer's thread, not in the proxy's loop.
+  void OnQuery(std::shared_ptr<const dns::QueryEvent> e) override {
+    const uint64_t sandbox = e->sandbox_id;
+    writer_.SubmitDeferred<&DnsLine>(std::move(e), sandbox);
+  }
 
  private:
   UserEventWriter& writer_;

@@ -6,6 +6,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -205,25 +206,35 @@ void UserEventWriter::Submit(nlohmann::json record, uint64_t sandbox_id) {
 }
 
 void UserEventWriter::SubmitLine(std::string line, uint64_t sandbox_id) {
+  Enqueue(Item{std::move(line), sandbox_id, nullptr, nullptr});
+}
+
+void UserEventWriter::Enqueue(Item item) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     ++submitted_;
-    auto mine = queued_.find(sandbox_id);
+    auto mine = queued_.find(item.sandbox_id);
     const size_t waiting = mine == queued_.end() ? 0 : mine->second;
     if (waiting >= options_.max_queued_per_sandbox || queue_.size() >= options_.max_queued) {
-      ++unreported_[sandbox_id];
+      ++unreported_[item.sandbox_id];
       ++lost_;
       ++done_;
       return;
     }
-    ++queued_[sandbox_id];
-    queue_.push_back(Item{std::move(line), sandbox_id});
-    // The writer is woken by a batch's first line (or a full batch), not by
-    // each: a wake-up per DNS query (a futex call in the proxy's loop and a
-    // thread switched in beside it, 5,000 a second at 5k queries/s) was a
-    // share of the proxy's added p99 on a 2-CPU node (docs/dns.md "Speed").
-    wake = queue_.size() == 1 || queue_.size() == kBatchLines;
+    ++queued_[item.sandbox_id];
+    queue_.push_back(std::move(item));
+    // The writer is woken by the first line after a quiet batch period (or
+    // by a full batch), not by each: a wake-up per DNS query (a futex call in
+    // the proxy's loop and a thread switched in beside it, 5,000 a second at
+    // 5k queries/s) was a share of the proxy's added p99 on a 2-CPU node, and
+    // one per batch still put a wake-up call on the loop 200 times a second
+    // (docs/dns.md "Speed").
+    if (idle_ || queue_.size() == kBatchLines) {
+      idle_ = false;
+      wake = true;
+      ++wakeups_;
+    }
   }
   if (wake) wake_.notify_one();
 }
@@ -242,6 +253,16 @@ void UserEventWriter::Flush() {
 uint64_t UserEventWriter::written() const {
   std::lock_guard<std::mutex> l(mu_);
   return written_;
+}
+
+bool UserEventWriter::waiting_for_lines() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return idle_;
+}
+
+uint64_t UserEventWriter::wakeups() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return wakeups_;
 }
 
 uint64_t UserEventWriter::lost() const {
@@ -407,34 +428,56 @@ size_t UserEventWriter::WriteText(const std::string& text) {
 void UserEventWriter::Loop() {
   std::unique_lock<std::mutex> l(mu_);
   bool report_failed = false;
+  bool wrote = false;  // the last pass had lines
   std::vector<Wrote> outcome;
   for (;;) {
-    auto ready = [&] {
-      return stop_ || !queue_.empty() || passes_ < flush_until_ || (!unreported_.empty() && !report_failed);
-    };
-    // A loss record that could not be written is tried again a second later
-    // (or with the next line), not in a busy loop.
-    if (report_failed) {
-      wake_.wait_for(l, std::chrono::seconds(1), ready);
-    } else {
-      wake_.wait(l, ready);
+    // Cuts a batch's gathering short.
+    auto urgent = [&] { return stop_ || passes_ < flush_until_ || queue_.size() >= kBatchLines; };
+    auto ready = [&] { return urgent() || !queue_.empty() || (!unreported_.empty() && !report_failed); };
+    if (!urgent()) {
+      // Lines kept coming: the next batch is gathered on our own timer,
+      // and lines submitted meanwhile wake nobody.
+      if (wrote) wake_.wait_for(l, kBatchGather, urgent);
+      if (!ready()) {
+        // Quiet for a whole batch period: the next line wakes us (a loss
+        // record that could not be written is tried again a second later,
+        // or with the next line, not in a busy loop).
+        idle_ = true;
+        if (report_failed) {
+          wake_.wait_for(l, std::chrono::seconds(1), ready);
+        } else {
+          wake_.wait(l, ready);
+        }
+        idle_ = false;
+        // A batch's first line woke us: the lines that follow it for a
+        // moment go in the same write() (a Flush() or a full batch cuts it
+        // short).
+        if (!queue_.empty()) wake_.wait_for(l, kBatchGather, urgent);
+      }
     }
     report_failed = false;
-    // A batch's first line woke us: the lines that follow it for a moment
-    // go in the same write() (a Flush() or a full batch cuts it short).
-    if (!stop_ && passes_ >= flush_until_ && !queue_.empty() && queue_.size() < kBatchLines) {
-      wake_.wait_for(l, kBatchGather,
-                     [&] { return stop_ || passes_ < flush_until_ || queue_.size() >= kBatchLines; });
-    }
+    wrote = !queue_.empty();
     while (!queue_.empty()) {
       std::deque<Item> batch;
       batch.swap(queue_);
       l.unlock();
+      size_t encoded = 0;
+      for (Item& item : batch) {
+        if (!item.encode) continue;
+        item.line = item.encode(item.deferred.get());
+        item.deferred.reset();
+        // A long batch is encoded in slices with the CPU offered between
+        // them: the scheduler lets a running thread finish its slice (about
+        // a millisecond) before one woken beside it runs, and the proxy's
+        // loop, woken by a query on our CPU, should wait for a slice of
+        // lines at most.
+        if (++encoded % kEncodeSlice == 0) sched_yield();
+      }
       WriteBatch(batch, outcome);
       l.lock();
       for (size_t i = 0; i < batch.size(); ++i) {
         const uint64_t sandbox = batch[i].sandbox_id;
-        if (--queued_[sandbox] == 0) queued_.erase(sandbox);
+        if (auto q = queued_.find(sandbox); q != queued_.end() && --q->second == 0) queued_.erase(q);
         if (outcome[i] == Wrote::kYes) {
           ++written_;
         } else if (outcome[i] == Wrote::kNoRoom) {

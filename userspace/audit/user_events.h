@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "userspace/audit/record.h"
 #include "userspace/common/node.h"
@@ -81,6 +82,15 @@ class UserEventWriter {
   void Submit(nlohmann::json record, uint64_t sandbox_id);
   // The same, for a record already encoded as one line of JSON (no newline).
   void SubmitLine(std::string line, uint64_t sandbox_id);
+  // The same, for a record encoded by the writer's thread: `Encode(*what)`
+  // is one line of JSON (no newline).  The DNS proxy hands its query events
+  // over this way, so its loop never formats a line (a query's record was a
+  // fifth of the loop's instructions, bench/results/2026-12-03-dns-notes.md
+  // section 7).  The caller must not change `*what` after the call.
+  template <auto Encode, typename T>
+  void SubmitDeferred(std::shared_ptr<const T> what, uint64_t sandbox_id) {
+    Enqueue(Item{{}, sandbox_id, std::move(what), [](const void* p) { return Encode(*static_cast<const T*>(p)); }});
+  }
   // Returns once everything submitted before the call is written (or
   // counted as lost): egressctl run calls it before its audit reader's last
   // window, so its sandbox's lines are all in that window.
@@ -88,12 +98,20 @@ class UserEventWriter {
 
   uint64_t written() const;
   uint64_t lost() const;
+  // How many times a submitter woke the writer (a futex call in its thread).
+  uint64_t wakeups() const;
+  // The writer sleeps until a line comes (the next line wakes it).
+  bool waiting_for_lines() const;
   const std::string& path() const { return path_; }
 
-  // A batch: the writer wakes on its first line and gathers for this long
-  // (or until this many are queued) before it writes them in one write().
+  // A batch: the writer gathers lines for this long (or until this many are
+  // queued) before it writes them in one write().  While lines keep coming
+  // it gathers the next batch on its own timer; only a first line after a
+  // quiet batch period (or a full batch) wakes it, so a steady submitter
+  // (the DNS proxy's loop) makes no wake-up call at all.
   static constexpr size_t kBatchLines = 256;
-  static constexpr std::chrono::milliseconds kBatchGather{5};
+  static constexpr std::chrono::milliseconds kBatchGather{50};
+  static constexpr size_t kEncodeSlice = 32;
 
  private:
   UserEventWriter() = default;
@@ -105,7 +123,11 @@ class UserEventWriter {
   struct Item {
     std::string line;
     uint64_t sandbox_id;
+    // Set: `line` is encode(deferred.get()), made by the writer thread.
+    std::shared_ptr<const void> deferred;
+    std::string (*encode)(const void*) = nullptr;
   };
+  void Enqueue(Item item);
   // The lines of one pass, in as few write()s as the bound and the file's
   // rotation allow; outcome[i] is items[i]'s.
   void WriteBatch(const std::deque<Item>& items, std::vector<Wrote>& outcome);
@@ -126,9 +148,12 @@ class UserEventWriter {
   mutable std::mutex mu_;
   std::condition_variable wake_, drained_;
   std::deque<Item> queue_;
-  std::map<uint64_t, size_t> queued_;    // per sandbox
+  absl::flat_hash_map<uint64_t, size_t> queued_;  // per sandbox
+  // The writer waits for lines (untimed, or the 1 s retry of a failed loss
+  // record) or is starting: the next line must wake it.
+  bool idle_ = true;
   std::map<uint64_t, uint64_t> unreported_;  // lost, not yet in a loss record
-  uint64_t submitted_ = 0, done_ = 0, written_ = 0, lost_ = 0;
+  uint64_t submitted_ = 0, done_ = 0, written_ = 0, lost_ = 0, wakeups_ = 0;
   uint64_t passes_ = 0, flush_until_ = 0;  // writer passes done, and asked for
   bool stop_ = false;
   std::thread thread_;

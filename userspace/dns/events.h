@@ -8,6 +8,7 @@
 #define EGRESSD_USERSPACE_DNS_EVENTS_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,11 +70,13 @@ struct QueryEvent {
 };
 
 // Called in the proxy's loop thread once a message is answered (or
-// dropped).  Must not block: the proxy waits for nothing of it.
+// dropped).  Must not block: the proxy waits for nothing of it.  The event is
+// the observer's to keep: the proxy never touches it again (the audit encodes
+// it later, on its writer's thread).
 class QueryObserver {
  public:
   virtual ~QueryObserver() = default;
-  virtual void OnQuery(const QueryEvent& e) = 0;
+  virtual void OnQuery(std::shared_ptr<const QueryEvent> e) = 0;
 };
 
 }  // namespace egressd::dns

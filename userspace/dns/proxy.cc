@@ -86,7 +86,7 @@ void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live
   Decision d = Decide(*scope, msg, *sh->counters, ev.get());
   if (d.kind != Decision::kForward) {
     reply(d.kind == Decision::kRespond ? std::move(d.response) : Bytes{});
-    if (ev) sh->opts.observer->OnQuery(*ev);
+    if (ev) sh->opts.observer->OnQuery(std::move(ev));
     return;
   }
   auto fwd = std::make_shared<Decision>(std::move(d));
@@ -102,7 +102,7 @@ void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live
                       if (live->stopped) {
                         if (ev) {
                           ev->upstream_error = "the sandbox stopped being served before the answer came";
-                          sh->opts.observer->OnQuery(*ev);
+                          sh->opts.observer->OnQuery(ev);
                         }
                         return;
                       }
@@ -119,7 +119,7 @@ void Handle(const std::shared_ptr<Shared>& sh, const std::shared_ptr<Live>& live
                                          *sh->counters, ev.get(), live->book.get());
                       if (timed.last_learned) ev->learn_ns = NsBetween(answered, *timed.last_learned);
                       reply(std::move(out));
-                      sh->opts.observer->OnQuery(*ev);
+                      sh->opts.observer->OnQuery(ev);
                     });
 }
 
