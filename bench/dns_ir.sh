@@ -4,7 +4,9 @@
 # `bench/run.sh --only dnsspeed` are not.  Prints, per phase (allowed name,
 # wildcard name, local NXDOMAIN), the process's instructions per query (every
 # thread: the loop and the audit writer) and the functions that take them.
-#   bench/dns_ir.sh [--queries N] [--no-audit] [--keep DIR]
+#   bench/dns_ir.sh [--queries N] [--no-audit] [--per-thread] [--keep DIR]
+# --per-thread counts the loop's thread alone in each phase, and prints the
+# other threads' (the audit writer, which encodes the lines) over the run.
 # EGR_DNS_IR=BINARY runs another build of egr-dns-ir (a before/after pair).
 # Needs valgrind and dnsmasq (scripts/install-deps.sh); no root, no BPF.
 set -euo pipefail
@@ -13,6 +15,7 @@ build=${BUILD_DIR:-build}
 queries=2000
 extra=()
 keep=
+threads=()
 while (($#)); do
   case $1 in
     --queries)
@@ -24,9 +27,10 @@ while (($#)); do
       shift
       ;;
     --no-audit) extra+=(--no-audit) ;;
+    --per-thread) threads=(--separate-threads=yes) ;;
     --keep) keep=${2:?bench/dns_ir.sh: --keep takes a directory}; shift ;;
     *)
-      echo "bench/dns_ir.sh: unknown argument \"$1\" (usage: bench/dns_ir.sh [--queries N] [--no-audit] [--keep DIR])" >&2
+      echo "bench/dns_ir.sh: unknown argument \"$1\" (usage: bench/dns_ir.sh [--queries N] [--no-audit] [--per-thread] [--keep DIR])" >&2
       exit 2
       ;;
   esac
@@ -55,7 +59,7 @@ for _ in $(seq 50); do
   if dig +time=1 +tries=1 -p "$port" @127.0.0.1 allowed.bench.test >/dev/null 2>&1; then break; fi
   sleep 0.1  # dnsmasq has no ready signal; dig answering is the check
 done
-valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" --dump-instr=no \
+valgrind --tool=callgrind "${threads[@]}" --callgrind-out-file="$dir/cg.out" --dump-instr=no \
   "$ir" --upstream "127.0.0.1:$port" --queries "$queries" "${extra[@]}" \
   2>"$dir/valgrind.log" | tee "$dir/stdout.txt"
 echo
@@ -73,4 +77,15 @@ for f in "$dir"/cg.out.*; do
     }' || true  # awk stops reading after 30 lines: callgrind_annotate's SIGPIPE is expected
   echo
 done
+if ((${#threads[@]})); then
+  # Thread 1 is the loop (its phases above); the others' counts are dumped
+  # at exit, for all three phases together.
+  other=0
+  for f in "$dir"/cg.out-*; do
+    [[ $f == *-01 ]] && continue
+    other=$((other + $(sed -n 's/^summary: //p;s/^totals: //p' "$f" | head -1)))
+  done
+  printf 'other threads (the audit writer), all phases: %s instructions per query (%s over %s queries)\n' \
+    "$((other / (3 * queries)))" "$other" "$((3 * queries))"
+fi
 echo "bench/dns_ir.sh: callgrind files in $dir${keep:+ (kept)}"
