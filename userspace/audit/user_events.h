@@ -108,9 +108,12 @@ class UserEventWriter {
   // queued) before it writes them in one write().  While lines keep coming
   // it gathers the next batch on its own timer; only a first line after a
   // quiet batch period (or a full batch) wakes it, so a steady submitter
-  // (the DNS proxy's loop) makes no wake-up call at all.
+  // (the DNS proxy's loop) makes no wake-up call at all.  50 ms, not 5: each
+  // pass costs the node tens of µs beyond its lines, and the holder reads
+  // once a second anyway (bench/results/2026-12-03-dns-notes.md section 8).
   static constexpr size_t kBatchLines = 256;
   static constexpr std::chrono::milliseconds kBatchGather{50};
+  // Deferred lines are encoded this many at a time, the CPU offered between.
   static constexpr size_t kEncodeSlice = 32;
 
  private:
