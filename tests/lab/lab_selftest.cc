@@ -77,7 +77,9 @@ TEST(ProbeLineTest, ParsesJsonObjects) {
   for (const char* bad : {"not json", "[1,2]", "\"s\"", "{\"a\":1", "{\"a\":1} trailing", ""}) {
     auto r = ParseProbeLine(bad);
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_TRUE(absl::StrContains(r.status().message(), bad)) << r.status();
+    if (!r.ok()) {
+      EXPECT_TRUE(absl::StrContains(r.status().message(), bad)) << r.status();
+    }
   }
   auto lines = ParseProbeLines("{\"a\":1}\nnoise\n {\"b\":\"x\"} \n{broken\n");
   ASSERT_EQ(lines.size(), 2u);
@@ -328,7 +330,9 @@ TEST_F(LabTest, PodReachesTheWorldThroughTheNodeV4AndV6) {
 }
 
 TEST_F(LabTest, ASecondPodHasItsOwnNetnsAndAddressesAndIsRoutedToo) {
-  if (lab_->pod_count() < 2) ASSERT_TRUE(lab_->AddPod().ok());
+  if (lab_->pod_count() < 2) {
+    ASSERT_TRUE(lab_->AddPod().ok());
+  }
   const Pod& second = lab_->pod(1);
   EXPECT_EQ(second.index, 1);
   EXPECT_NE(second.netns, lab_->pod(0).netns);

@@ -295,7 +295,9 @@ TEST_F(AuditDns, SuggestFromARealStreamPassesPolicyCheck) {
   ASSERT_EQ(again.exit_code, 0) << again.Describe();
   EXPECT_NE(again.out.find(lab::kPublicC4), std::string::npos) << again.Describe();
   for (const auto& j : ParseLines(Slurp(g))) {
-    if (j["type"] == "dns" || j["type"] == "connect") EXPECT_EQ(j["verdict"], "allow") << j.dump();
+    if (j["type"] == "dns" || j["type"] == "connect") {
+      EXPECT_EQ(j["verdict"], "allow") << j.dump();
+    }
   }
 }
 

@@ -82,7 +82,7 @@ class DaemonCaps : public ::testing::Test {
   }
   void TearDown() override {
     for (const auto& [id, cg] : registered_) {
-      daemon::Call(Socket(), "DELETE", "/v1/sandboxes/" + id);
+      (void)daemon::Call(Socket(), "DELETE", "/v1/sandboxes/" + id);  // best effort
       Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
     }
   }

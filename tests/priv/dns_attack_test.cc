@@ -135,7 +135,9 @@ class DnsAttack : public ::testing::Test {
   static void SetUpTestSuite() {
     if (!lab::RunningAsRootWithSysAdmin()) return;
     Lab& lab = Shared().lab();
-    if (lab.pod_count() < 2) ASSERT_TRUE(lab.AddPod().ok());
+    if (lab.pod_count() < 2) {
+      ASSERT_TRUE(lab.AddPod().ok());
+    }
     auto up = DnsServer::Start(DnsServerSpec{.netns = lab.world_netns(),
                                              .listen = {kUpstream},
                                              .records = {{Name("control"), {kRealAnswer}},

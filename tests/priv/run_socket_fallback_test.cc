@@ -208,7 +208,9 @@ TEST_F(RunSocketFallback, EgressctlSaysWhyInOneLine) {
     EXPECT_TRUE(absl::StrContains(w, "bpf LSM")) << w;
     EXPECT_TRUE(absl::StrContains(w, "seccomp")) << w;
     EXPECT_TRUE(absl::StrContains(w, "CAP_NET_RAW")) << w;
-    if (!mode.empty()) EXPECT_TRUE(absl::StrContains(w, "--host-root keeps CAP_NET_RAW")) << w;
+    if (!mode.empty()) {
+      EXPECT_TRUE(absl::StrContains(w, "--host-root keeps CAP_NET_RAW")) << w;
+    }
   }
 }
 

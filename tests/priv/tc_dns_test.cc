@@ -409,7 +409,9 @@ TEST_F(TcDns, TheRewriteKeepsChecksumsRightBothWays) {
     RunOut q = TestRun(in, ifindex, Frame(c.v6, c.proto, pod, sport, asked, 53, c.csum0));
     ASSERT_EQ(q.ret, 0) << "passed (errno " << q.err << ")";
     EXPECT_EQ(q.out, Frame(c.v6, c.proto, pod, sport, ep, s.port, c.csum0)) << "steered to the endpoint";
-    if (!c.v6) EXPECT_EQ(Fold(Sum(&q.out[14], 20)), 0) << "IPv4 header checksum";
+    if (!c.v6) {
+      EXPECT_EQ(Fold(Sum(&q.out[14], 20)), 0) << "IPv4 header checksum";
+    }
     if (c.csum0) {
       EXPECT_EQ(Get16(q.out, csum_at), 0) << "no checksum stays none";
     } else {
@@ -418,7 +420,9 @@ TEST_F(TcDns, TheRewriteKeepsChecksumsRightBothWays) {
     RunOut a = TestRun(out, ifindex, Frame(c.v6, c.proto, ep, s.port, pod, sport, c.csum0));
     ASSERT_EQ(a.ret, 0) << "passed (errno " << a.err << ")";
     EXPECT_EQ(a.out, Frame(c.v6, c.proto, asked, 53, pod, sport, c.csum0)) << "the source the pod asked";
-    if (!c.csum0) EXPECT_EQ(L4Check(a.out, c.v6, l4, c.proto), 0);
+    if (!c.csum0) {
+      EXPECT_EQ(L4Check(a.out, c.v6, l4, c.proto), 0);
+    }
   }
   // An answer to a port that asked nothing (slot empty or another port's):
   // dropped, counted.

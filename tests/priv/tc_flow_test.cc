@@ -671,7 +671,9 @@ TEST_F(TcFlow, IdleFlowsExpireByTheirIdleTimeouts) {
   auto flows = Flows(sb);
   ASSERT_EQ(flows.size(), 2u);
   for (const auto& [k, v] : flows) {
-    if (k.proto == IPPROTO_TCP) EXPECT_NE(v.flags & EGR_FLOW_REPLIED, 0) << "answered: on tcpIdleSeconds";
+    if (k.proto == IPPROTO_TCP) {
+      EXPECT_NE(v.flags & EGR_FLOW_REPLIED, 0) << "answered: on tcpIdleSeconds";
+    }
   }
   ASSERT_TRUE(lab().Drain(lab().pod(0).netns).ok());
   const uint64_t tcp_before = lab().PacketsTo(kPublicC4, kProtoTcp);

@@ -179,7 +179,9 @@ TEST_F(TcPodIdentity, UnknownPodAddressesAreRefusedNamingTheInterface) {
   // The tap where the kernel has tun (the 6.1 guests' initramfs carries no
   // tun module: there the veth case alone runs).
   RunResult mk_tap = InNode({"ip", "tuntap", "add", "mode", "tap", "name", tap});
-  if (access("/dev/net/tun", F_OK) == 0) ASSERT_EQ(mk_tap.exit_code, 0) << mk_tap.Describe();
+  if (access("/dev/net/tun", F_OK) == 0) {
+    ASSERT_EQ(mk_tap.exit_code, 0) << mk_tap.Describe();
+  }
   if (mk_tap.exit_code == 0) {
     links_.push_back(tap);
     cases.push_back({tap, "a tap has no other end"});

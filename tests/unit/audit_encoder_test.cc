@@ -268,7 +268,7 @@ TEST(AuditEncoder, SummaryLinesAreTheSameBytesAsNlohmanns) {
 TEST(AuditEncoder, StringsEscapeAsNlohmannDumps) {
   std::string all;
   for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
-  for (const std::string s : {std::string(), std::string("plain"), all, std::string("\xe2\x82\xac ok"),
+  for (const std::string& s : {std::string(), std::string("plain"), all, std::string("\xe2\x82\xac ok"),
                               std::string("\xe2\x82 cut"), std::string(1, '\0')}) {
     std::string fast;
     AppendJsonString(fast, s);

@@ -201,7 +201,7 @@ TEST_F(AuditExport, RotatingFileIsPrivateAndNeverSplitsALine) {
   ASSERT_TRUE(f.ok()) << f.status();
   const std::string line(1000, 'x');
   for (int i = 0; i < 20; ++i) f->Write(line);
-  for (const std::string p : {path, path.substr(0, path.size() - 6) + ".1.jsonl"}) {
+  for (const std::string& p : {path, path.substr(0, path.size() - 6) + ".1.jsonl"}) {
     struct stat st;
     ASSERT_EQ(stat(p.c_str(), &st), 0) << p;
     EXPECT_EQ(st.st_mode & 0777, 0600u) << p;

@@ -118,8 +118,12 @@ TEST(DeclaredPinnedShapes, AreTheObjectsPinnedMaps) {
   }
   for (const auto& m : d) {
     EXPECT_EQ(m.name.rfind("egr_", 0), 0u) << m.name << ": only egressd's maps are pinned";
-    if (m.name == EGR_MAP_RESOLVED) EXPECT_TRUE(CompareShape(kResolved, m, "-").ok());
-    if (m.name == EGR_MAP_STATS) EXPECT_EQ(m.max_entries, EGR_STAT_MAX);
+    if (m.name == EGR_MAP_RESOLVED) {
+      EXPECT_TRUE(CompareShape(kResolved, m, "-").ok());
+    }
+    if (m.name == EGR_MAP_STATS) {
+      EXPECT_EQ(m.max_entries, EGR_STAT_MAX);
+    }
   }
 }
 
