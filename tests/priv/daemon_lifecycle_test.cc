@@ -422,7 +422,16 @@ TEST_F(DaemonLifecycle, APolicyChangeIsAFlipUnderAConnectLoop) {
     const auto window_deadline = std::chrono::steady_clock::now() + 20s;
     while (!seen_open && std::chrono::steady_clock::now() < window_deadline) {
       auto line = loop->ReadOutLine(20s);
-      ASSERT_TRUE(line) << "the loop stalled: " << loop->err();
+      if (!line) {
+        // Seen once (2026-12-07): the loop's output ended after 3.5 s with
+        // nothing on stderr, long before its 9,000 connects.  How it ended
+        // (exit code or signal) and where, for whoever sees it next.
+        const bool ended = !loop->running();
+        RunResult end = loop->Wait(std::chrono::milliseconds(1000));
+        FAIL() << "the loop stalled at flip " << flips << " after " << seen.size() << " bytes of output ("
+               << (ended ? "it had ended: " : "it was still running: ") << end.Describe() << "); last lines:\n"
+               << seen.substr(seen.size() > 600 ? seen.size() - 600 : 0);
+      }
       seen += *line + "\n";
       for (const auto& l : lab::ParseProbeLines(*line)) {
         seen_open |= Ok(l) && l.count("dst") && l.at("dst") == opened;
