@@ -62,7 +62,7 @@ class DaemonApply : public ::testing::Test {
   void TearDown() override {
     if (daemon_) {
       kill(daemon_->pid(), SIGCONT);  // a test that stopped it and failed
-      for (const auto& id : ids_) (void)daemon::Call(DaemonSocket(), "DELETE", "/v1/sandboxes/" + id);  // best effort
+      for (const auto& id : ids_) DeleteSandboxBestEffort(DaemonSocket(), id);
     }
     for (const auto& cg : cgroups_) Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
     if (daemon_) daemon_->Stop();

@@ -82,7 +82,7 @@ class DaemonCaps : public ::testing::Test {
   }
   void TearDown() override {
     for (const auto& [id, cg] : registered_) {
-      (void)daemon::Call(Socket(), "DELETE", "/v1/sandboxes/" + id);  // best effort
+      DeleteSandboxBestEffort(Socket(), id);
       Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
     }
   }

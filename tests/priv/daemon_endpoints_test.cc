@@ -72,7 +72,7 @@ class DaemonEndpoints : public ::testing::Test {
   void SetUp() override { EGR_REQUIRE_PRIVILEGES(); }
   void TearDown() override {
     for (const auto& [id, cg] : registered_) {
-      if (daemon_) (void)daemon::Call(socket(), "DELETE", "/v1/sandboxes/" + id);  // best effort
+      if (daemon_) DeleteSandboxBestEffort(socket(), id);
       Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
     }
     if (daemon_) daemon_->Stop();

@@ -39,6 +39,10 @@ daemon::ClientResponse CallDaemon(const std::string& method, const std::string& 
   return r.ok() ? *r : daemon::ClientResponse{};
 }
 
+void DeleteSandboxBestEffort(const std::string& socket_path, const std::string& id) {
+  (void)daemon::Call(socket_path, "DELETE", "/v1/sandboxes/" + id);
+}
+
 nlohmann::json JsonObjectOut(const lab::RunResult& r) {
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   EXPECT_TRUE(j.is_object()) << r.Describe();

@@ -33,6 +33,11 @@ absl::StatusOr<lab::Background> StartDaemonProcess(
 daemon::ClientResponse CallDaemon(const std::string& method, const std::string& target,
                                   const nlohmann::json& body = {});
 
+// DELETE /v1/sandboxes/ID on `socket_path`, for a teardown: the test may
+// have deleted it already or stopped the daemon, so no outcome is checked;
+// the teardown's `egressctl sandbox remove` is what guarantees the cleanup.
+void DeleteSandboxBestEffort(const std::string& socket_path, const std::string& id);
+
 // A command's stdout as a JSON object; anything else is a test failure,
 // returned as {}.
 nlohmann::json JsonObjectOut(const lab::RunResult& r);

@@ -51,7 +51,7 @@ class DaemonInterface : public ::testing::Test {
   }
   void TearDown() override {
     for (const auto& id : registered_) {
-      if (daemon_) (void)daemon::Call(socket(), "DELETE", "/v1/sandboxes/" + id);  // best effort
+      if (daemon_) DeleteSandboxBestEffort(socket(), id);
     }
     for (const auto& ifname : interfaces_) Shared().Ctl({"sandbox", "remove", "--interface", ifname});
     if (daemon_) daemon_->Stop();

@@ -66,7 +66,7 @@ class DaemonReload : public ::testing::Test {
   }
   void TearDown() override {
     for (const auto& [id, cg] : registered_) {
-      if (daemon_) (void)daemon::Call(socket(), "DELETE", "/v1/sandboxes/" + id);  // best effort
+      if (daemon_) DeleteSandboxBestEffort(socket(), id);
       Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
     }
     // A root the config contained goes with an empty config's reload.

@@ -64,7 +64,7 @@ class DaemonStatus : public ::testing::Test {
   }
   void TearDown() override {
     for (const auto& [id, cg] : registered_) {
-      if (daemon_) (void)daemon::Call(socket(), "DELETE", "/v1/sandboxes/" + id);  // best effort
+      if (daemon_) DeleteSandboxBestEffort(socket(), id);
       Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
     }
     if (daemon_) daemon_->Stop();

@@ -108,7 +108,7 @@ class Daemon : public ::testing::Test {
   void TearDown() override {
     // Whatever a test left registered goes, through the daemon if it runs.
     for (const auto& [id, cg] : registered_) {
-      if (daemon_) (void)daemon::Call(socket(), "DELETE", "/v1/sandboxes/" + id);  // best effort
+      if (daemon_) DeleteSandboxBestEffort(socket(), id);
       Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
     }
     for (const auto& cg : contained_) Shared().Ctl({"sandbox", "remove", "--cgroup", cg});
