@@ -229,7 +229,9 @@ json DnsSpeed(DnsLab& d, bool quick, bool& all_ran) {
   // For iterating on the proxy (bench/results/2026-12-03-dns-notes.md):
   // EGR_BENCH_DNSSPEED_ROUNDS / _SECONDS set the latency rows' rounds and
   // run length, _RATES their rates (comma-separated), _NO_SEARCH=1 skips the
-  // rate search, _ALLOWED_ONLY=1 the denied rows.
+  // rate search, _ALLOWED_ONLY=1 the denied rows, _DENIED_ONLY=1 the allowed
+  // ones (for a stand-in that answers NXDOMAIN to everything:
+  // bench/profile/nx_reflect_serve.sh).
   if (const char* v = getenv("EGR_BENCH_DNSSPEED_ROUNDS")) p.rounds = std::max(1, atoi(v));
   if (const char* v = getenv("EGR_BENCH_DNSSPEED_SECONDS")) p.seconds = std::max(0.1, atof(v));
   if (const char* v = getenv("EGR_BENCH_DNSSPEED_RATES")) {
@@ -238,6 +240,7 @@ json DnsSpeed(DnsLab& d, bool quick, bool& all_ran) {
   }
   if (const char* v = getenv("EGR_BENCH_DNSSPEED_NO_SEARCH"); v && std::string(v) == "1") p.search_rounds = 0;
   const char* allowed_only = getenv("EGR_BENCH_DNSSPEED_ALLOWED_ONLY");
+  const char* denied_only = getenv("EGR_BENCH_DNSSPEED_DENIED_ONLY");
   (void)d.ForwarderAnswerToSetUs();  // the rows before these
   json out;
   out["rates"] = p.rates;
@@ -248,6 +251,7 @@ json DnsSpeed(DnsLab& d, bool quick, bool& all_ran) {
   out["bisections"] = p.bisections;
   for (bool allowed : {true, false}) {
     if (!allowed && allowed_only && std::string(allowed_only) == "1") break;
+    if (allowed && denied_only && std::string(denied_only) == "1") continue;
     const char* name = allowed ? "allowed" : "denied";
     const std::string data = allowed ? kAllowedName : kDeniedName;
     for (int rate : p.rates) out[name]["latency"][std::to_string(rate)] = LatencyRow(d, allowed, rate, p, data, all_ran);

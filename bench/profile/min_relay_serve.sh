@@ -11,18 +11,6 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 [[ ${1:-} == dns && ${2:-} == serve && ${3:-} == --upstream-dns && -n ${4:-} ]] ||
   { echo "min_relay_serve.sh: called as \"$*\", want: dns serve --upstream-dns ADDR" >&2; exit 2; }
-read -r addr port < <(python3 - "${EGRESSD_RUNTIME_DIR:?min_relay_serve.sh: EGRESSD_RUNTIME_DIR unset}" <<'PY'
-import json, os, sys
-for root, _, files in os.walk(sys.argv[1]):
-    for f in files:
-        try:
-            j = json.load(open(os.path.join(root, f)))
-        except Exception:
-            continue
-        if isinstance(j, dict) and str(j.get("cgroup_path", "")).endswith("bench-dns") and j.get("dns"):
-            print(j["dns"]["addr4"], j["dns"]["port"])
-            sys.exit(0)
-sys.exit("min_relay_serve.sh: no sandbox record for bench-dns with a DNS endpoint under " + sys.argv[1])
-PY
-)
+ep=$("$here/bench/profile/bench_dns_endpoint.sh")
+read -r addr port <<<"$ep"
 exec "${BUILD_DIR:-$here/build}/bench/egr-min-relay" dns serve --upstream-dns "$4" --listen "$addr" --port "$port"
