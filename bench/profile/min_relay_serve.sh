@@ -9,8 +9,6 @@
 # the endpoint is read from the sandbox record whose cgroup is bench-dns.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-[[ ${1:-} == dns && ${2:-} == serve && ${3:-} == --upstream-dns && -n ${4:-} ]] ||
-  { echo "min_relay_serve.sh: called as \"$*\", want: dns serve --upstream-dns ADDR" >&2; exit 2; }
-ep=$("$here/bench/profile/bench_dns_endpoint.sh")
-read -r addr port <<<"$ep"
-exec "${BUILD_DIR:-$here/build}/bench/egr-min-relay" dns serve --upstream-dns "$4" --listen "$addr" --port "$port"
+ep=$("$here/bench/profile/bench_dns_endpoint.sh" min_relay_serve.sh "$@")
+read -r addr port upstream <<<"$ep"
+exec "${BUILD_DIR:-$here/build}/bench/egr-min-relay" dns serve --upstream-dns "$upstream" --listen "$addr" --port "$port"

@@ -4,17 +4,15 @@
 # in the node's netns, answering NXDOMAIN in the kernel to every query for
 # the benchmark sandbox's DNS endpoint (the floor of a kernel answer at the
 # hop; notes section 10). Only the denied rows make sense with it:
-#   EGR_BENCH_DNSSPEED_DENIED_ONLY=1 bench/profile/dns_speed_ab.sh OUT N \
+#   NAMES=denied bench/profile/dns_speed_ab.sh OUT N \
 #     egressd=build/tools/egressctl/egressctl reflect=bench/profile/nx_reflect_serve.sh
 # Called as `nx_reflect_serve.sh dns serve --upstream-dns ADDR` in the node's
 # netns with the instance's EGRESSD_RUNTIME_DIR, as bench/dns_rows.cc starts
 # serve; prints "ready:" once attached and detaches on SIGTERM or SIGINT.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-[[ ${1:-} == dns && ${2:-} == serve && ${3:-} == --upstream-dns && -n ${4:-} ]] ||
-  { echo "nx_reflect_serve.sh: called as \"$*\", want: dns serve --upstream-dns ADDR" >&2; exit 2; }
-ep=$("$here/bench/profile/bench_dns_endpoint.sh")
-read -r addr port <<<"$ep"
+ep=$("$here/bench/profile/bench_dns_endpoint.sh" nx_reflect_serve.sh "$@")
+read -r addr port _ <<<"$ep"
 IFS=. read -r a b c d <<<"$addr"
 obj=$(mktemp /tmp/egr-nx-reflect-XXXXXX.o)
 clang -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror -I"$here/bpf/vmlinux" \
