@@ -22,6 +22,9 @@ trap off EXIT
 
 say() { echo "vmtest: $*"; }
 fatal() { echo "$MARK DONE rc=99 reason=$*"; exit 1; }
+# The host's boot watchdog (run.sh) stops at this line: the kernel is up and
+# what follows is ours (insmod under TCG is quiet for a while).
+say "init started"
 
 mount -t proc -o nosuid,nodev,noexec proc /proc || fatal "mount /proc"
 mount -t sysfs -o nosuid,nodev,noexec sysfs /sys || fatal "mount /sys"
