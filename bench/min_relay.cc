@@ -39,8 +39,8 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
-#include <utility>
 #include <string>
+#include <utility>
 
 namespace {
 

@@ -178,6 +178,24 @@ TEST(SeedBook, ASeededWildcardNameFollowsItsRule) {
   EXPECT_EQ(book.addresses(), 0u) << "its rule went";
 }
 
+// A test that timed out leaves its answer to arrive later on the self-test's
+// socket: the next test drops it (another id) and waits for its own, which is
+// judged as usual, so one slow answer cannot keep readyz at 503.
+TEST(SelfTest, AnEarlierTestsLateAnswerIsDroppedNotJudged) {
+  SandboxScope none;
+  Counters c;
+  const Bytes late = Decide(none, SelfTestQuery(0x1111), c).response;
+  const Bytes own = Decide(none, SelfTestQuery(0x2222), c).response;
+  EXPECT_TRUE(IsEarlierSelfTestAnswer(late, 0x2222)) << "the late answer is dropped";
+  EXPECT_FALSE(IsEarlierSelfTestAnswer(own, 0x2222)) << "its own answer is judged";
+  EXPECT_TRUE(CheckSelfTestAnswer(own, 0x2222).ok());
+  // Anything else with the test's id is judged, and fails on its own fault.
+  Bytes short_own(own.begin(), own.begin() + 11);
+  EXPECT_FALSE(IsEarlierSelfTestAnswer(short_own, 0x2222));
+  EXPECT_FALSE(CheckSelfTestAnswer(short_own, 0x2222).ok());
+  EXPECT_FALSE(IsEarlierSelfTestAnswer(Bytes{0x22}, 0x2222)) << "too short to carry an id: judged (and refused)";
+}
+
 TEST(SelfTest, TheProxyAnswersTheQueryNxdomainItselfAndTheCheckAcceptsOnlyThat) {
   const Bytes q = SelfTestQuery(0x1234);
   // The proxy's own flow with the self-test's scope (no name): answered

@@ -83,6 +83,7 @@ class DnsHost {
 
  private:
   DnsHost(boost::asio::io_context& io) : io_(io), self_test_timer_(io) {}
+  void ReceiveSelfTestAnswer(uint16_t id);
   void FinishSelfTest(uint16_t id, const boost::system::error_code& ec, size_t n);
 
   boost::asio::io_context& io_;

@@ -51,4 +51,8 @@ absl::Status CheckSelfTestAnswer(std::span<const uint8_t> a, uint16_t id) {
   return absl::OkStatus();
 }
 
+bool IsEarlierSelfTestAnswer(std::span<const uint8_t> answer, uint16_t id) {
+  return answer.size() >= 2 && static_cast<uint16_t>((answer[0] << 8) | answer[1]) != id;
+}
+
 }  // namespace egressd::dns

@@ -24,6 +24,12 @@ Bytes SelfTestQuery(uint16_t id);
 // wrong with it (the readiness check's reason).
 absl::Status CheckSelfTestAnswer(std::span<const uint8_t> answer, uint16_t id);
 
+// True when `answer` carries an id other than `id`: an earlier self-test's
+// answer that came after its timeout.  The socket is the self-test's own, so
+// such an answer is read and dropped, never judged; judged, every later test
+// would read its predecessor's answer and fail on the id for ever.
+bool IsEarlierSelfTestAnswer(std::span<const uint8_t> answer, uint16_t id);
+
 }  // namespace egressd::dns
 
 #endif  // EGRESSD_USERSPACE_DNS_SELF_TEST_H_
