@@ -3,7 +3,7 @@
 // 2026-12-03-dns-hop-floor.md; bench/README.md's profile list says how to
 // run it).  One thread, one epoll, two UDP sockets: the
 // sandbox's endpoint and one long-lived socket connected to the upstream.
-// A query is read, given the next ID, sent upstream; its answer gets the
+// A query is read, given a free random ID, sent upstream; its answer gets the
 // client's ID back and is sent to the client.  No parsing, no policy, no
 // map write, no audit, no per-query source port, no guard: none of what
 // egressd must do, so whatever p99 it adds over asking the upstream directly
@@ -54,13 +54,7 @@ int Usage(const std::string& why) {
 
 bool ParseV4(const std::string& s, in_addr* out) { return inet_pton(AF_INET, s.c_str(), out) == 1; }
 
-struct Pending {
-  sockaddr_in client{};
-  uint16_t id = 0;  // the client's, network order
-  bool used = false;
-};
-
-// --queries-per-port's queries, by our ID (random, unique while in flight).
+// Queries in flight, by our ID (random, unique while in flight).
 struct PortQuery {
   sockaddr_in client{};
   uint64_t sent_ns = 0;
@@ -82,13 +76,14 @@ uint64_t NowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-// A new upstream socket every K queries; K = 1 is egressd's (there the
-// sockets are prepared ahead and guarded; here on the query's path, the
-// same calls).
-int FreshPortLoop(int ep_fd, int es, const sockaddr_in& up, int per_port) {
+// The relay.  per_port 0: every query leaves by `long_lived`, for ever (the
+// bare relay).  per_port K: a new upstream socket every K queries; K = 1 is
+// egressd's (there the sockets are prepared ahead and guarded; here on the
+// query's path, the same calls).
+int RelayLoop(int ep_fd, int es, const sockaddr_in& up, int per_port, int long_lived) {
   static std::array<PortQuery, 65536> by_id;
   static std::array<PortUse, 65536> by_fd;
-  int current = -1;  // the socket new queries leave from
+  int current = long_lived;  // the socket new queries leave from
   auto retire_if_done = [&](int fd) {
     if (fd != current && by_fd[fd].out == 0) close(fd);  // the last reference: epoll forgets it
   };
@@ -123,7 +118,7 @@ int FreshPortLoop(int ep_fd, int es, const sockaddr_in& up, int per_port) {
           --by_fd[q.fd].out;
           retire_if_done(q.fd);
         }
-        if (current < 0 || by_fd[current].sent == per_port) {
+        if (current < 0 || (per_port > 0 && by_fd[current].sent == per_port)) {
           const int old = current;
           current = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
           if (current >= static_cast<int>(by_fd.size()) ||
@@ -212,13 +207,15 @@ int main(int argc, char** argv) {
   if (!ParseV4(listen, &ep.sin_addr)) return Usage("--listen takes an IPv4 address (got \"" + listen + "\")");
 
   const int es = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  const int us = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  // The bare relay's one upstream socket takes every answer: a large buffer,
+  // as the endpoint's.  The fresh ones carry a query or K each.
+  const int us = per_port == 0 ? socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0) : -2;
   int one = 1, rcvbuf = 4 << 20;
   setsockopt(es, IPPROTO_IP, IP_FREEBIND, &one, sizeof(one));
   setsockopt(es, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf));
-  setsockopt(us, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf));
-  if (es < 0 || us < 0 || bind(es, reinterpret_cast<sockaddr*>(&ep), sizeof(ep)) != 0 ||
-      connect(us, reinterpret_cast<sockaddr*>(&up), sizeof(up)) != 0) {
+  if (us >= 0) setsockopt(us, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf));
+  if (es < 0 || us == -1 || bind(es, reinterpret_cast<sockaddr*>(&ep), sizeof(ep)) != 0 ||
+      (us >= 0 && connect(us, reinterpret_cast<sockaddr*>(&up), sizeof(up)) != 0)) {
     std::fprintf(stderr, "egr-min-relay: sockets (%s:%d, upstream %s): %s\n", listen.c_str(), port, upstream.c_str(),
                  std::strerror(errno));
     return 1;
@@ -228,49 +225,14 @@ int main(int argc, char** argv) {
   ev.events = EPOLLIN;
   ev.data.fd = es;
   epoll_ctl(ep_fd, EPOLL_CTL_ADD, es, &ev);
-  ev.data.fd = us;
-  epoll_ctl(ep_fd, EPOLL_CTL_ADD, us, &ev);
+  if (us >= 0) {
+    ev.data.fd = us;
+    epoll_ctl(ep_fd, EPOLL_CTL_ADD, us, &ev);
+  }
   signal(SIGTERM, SIG_DFL);
   std::printf("ready: relaying %s:%d to %s:53", listen.c_str(), port, upstream.c_str());
   if (per_port > 0) std::printf(" from a fresh port every %d quer%s", per_port, per_port == 1 ? "y" : "ies");
   std::printf("\n");
   std::fflush(stdout);
-  if (per_port > 0) return FreshPortLoop(ep_fd, es, up, per_port);
-
-  static std::array<Pending, 65536> pending;
-  uint16_t next = 0;
-  std::array<uint8_t, 4096> buf;
-  epoll_event events[2];
-  for (;;) {
-    const int n = epoll_wait(ep_fd, events, 2, -1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return 1;
-    for (int k = 0; k < n; ++k) {
-      // Level-triggered: one message per socket per wake, as a loop that
-      // answers between reads would.
-      if (events[k].data.fd == es) {
-        sockaddr_in from{};
-        socklen_t fl = sizeof(from);
-        const ssize_t len = recvfrom(es, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &fl);
-        if (len < 12) continue;
-        Pending& p = pending[next];
-        p.client = from;
-        std::memcpy(&p.id, buf.data(), 2);
-        p.used = true;
-        const uint16_t id = htons(next++);
-        std::memcpy(buf.data(), &id, 2);
-        send(us, buf.data(), static_cast<size_t>(len), 0);
-      } else {
-        const ssize_t len = recv(us, buf.data(), buf.size(), 0);
-        if (len < 12) continue;
-        uint16_t id;
-        std::memcpy(&id, buf.data(), 2);
-        Pending& p = pending[ntohs(id)];
-        if (!p.used) continue;
-        p.used = false;
-        std::memcpy(buf.data(), &p.id, 2);
-        sendto(es, buf.data(), static_cast<size_t>(len), 0, reinterpret_cast<sockaddr*>(&p.client), sizeof(p.client));
-      }
-    }
-  }
+  return RelayLoop(ep_fd, es, up, per_port, us >= 0 ? us : -1);
 }
