@@ -174,6 +174,11 @@ std::vector<ProbeLine> ParseProbeLines(std::string_view out);
 absl::StatusOr<ProbeLine> ParseProbeLine(std::string_view line);
 
 // ---- misc ---------------------------------------------------------------------------
+// Runs `fn` on a fresh thread that has joined the network namespace at
+// `netns_path` (empty: stays in ours) and returns its status: sockets `fn`
+// opens live in that namespace.
+absl::Status InNetns(std::string_view netns_path, const std::function<absl::Status()>& fn);
+
 // Writes /proc/sys/<key with '.' -> '/'> inside the namespace `netns_path`
 // (empty = ours).
 absl::Status SetSysctl(std::string_view netns_path, std::string_view key,

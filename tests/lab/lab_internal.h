@@ -26,10 +26,6 @@ using Addr16 = std::array<uint8_t, 16>;
 // absl::string_view is not std::string_view in this Abseil build.
 inline absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-// Runs `fn` on a fresh thread that has joined the network namespace at
-// `netns_path` (empty: stays in ours) and returns its status.
-absl::Status InNetns(std::string_view netns_path, const std::function<absl::Status()>& fn);
-
 // Runs a command (no netns/cgroup) and fails unless it exits 0.
 absl::Status RunChecked(const std::vector<std::string>& argv, std::string_view stdin_data = "",
                         std::chrono::milliseconds timeout = std::chrono::milliseconds(15000));

@@ -221,7 +221,9 @@ Response Daemon::Status(bool node_view) {
   j["pin_root"] = options_.paths.pin_root;
   nlohmann::json ups = nlohmann::json::array();
   for (const auto& u : deployment_.dns.upstreams) ups.push_back(dns::UpstreamServer{u.addr, u.port}.ToString());
-  j["dns"] = {{"upstreams", ups}, {"served", proxy_ ? proxy_->size() : 0}};
+  j["dns"] = {{"upstreams", ups},
+              {"served", proxy_ ? proxy_->size() : 0},
+              {"self_test_late_answers", dns_host_ ? dns_host_->self_test_late_answers() : 0}};
   j["audit"] = {{"reader", audit_host_ && audit_host_->holding()}};
   auto all = records_->List();
   j["sandboxes"] = all.ok() ? all->size() : 0;

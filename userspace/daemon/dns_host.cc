@@ -138,6 +138,7 @@ void DnsHost::ReceiveSelfTestAnswer(uint16_t id) {
     if (alive.expired() || !*alive.lock()) return;
     if (!ec && self_test_in_flight_ && id == self_test_id_ &&
         dns::IsEarlierSelfTestAnswer(std::span<const uint8_t>(self_test_buf_.data(), n), id)) {
+      ++self_test_late_answers_;
       ReceiveSelfTestAnswer(id);
       return;
     }
