@@ -434,13 +434,15 @@ TEST_F(DaemonLifecycle, ASelfTestAnsweredAfterItsTimeoutDoesNotHoldReadyzAt503) 
   ASSERT_EQ(r.status, 200) << r.body.dump(2);
   auto ports = FindSelfTestSocket(daemon_->pid());
   ASSERT_TRUE(ports.ok()) << ports.status();
-  constexpr uint16_t kEarlierId = 0x5a5a;  // the daemon's ids are random: 1 in 65536 is its own
-  auto late = AskSelfTestEndpoint(lab().node_netns(), ports->proxy, kEarlierId);
-  ASSERT_TRUE(late.ok()) << late.status();
-  ASSERT_TRUE(dns::CheckSelfTestAnswer(*late, kEarlierId).ok()) << "the proxy's NXDOMAIN for that id";
+  // Two earlier ids: the daemon's are random, so one of them may be the id
+  // of the test in flight (then judged its own answer, rightly); never both.
   const uint64_t dropped_before = Call("GET", "/v1/status").body["dns"].value("self_test_late_answers", uint64_t{0});
-
-  ASSERT_TRUE(SendUdpFromLoopbackPort(lab().node_netns(), ports->proxy, ports->client, *late).ok());
+  for (const uint16_t earlier : {uint16_t{0x5a5a}, uint16_t{0xa5a5}}) {
+    auto late = AskSelfTestEndpoint(lab().node_netns(), ports->proxy, earlier);
+    ASSERT_TRUE(late.ok()) << late.status();
+    ASSERT_TRUE(dns::CheckSelfTestAnswer(*late, earlier).ok()) << "the proxy's NXDOMAIN for id " << earlier;
+    ASSERT_TRUE(SendUdpFromLoopbackPort(lab().node_netns(), ports->proxy, ports->client, *late).ok());
+  }
   // Each readyz starts the next test; the one in flight, or the next, reads it.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int(5000 * TimeScale()));
   uint64_t dropped = dropped_before;
@@ -448,7 +450,8 @@ TEST_F(DaemonLifecycle, ASelfTestAnsweredAfterItsTimeoutDoesNotHoldReadyzAt503) 
     r = Call("GET", "/readyz");
     dropped = Call("GET", "/v1/status").body["dns"].value("self_test_late_answers", uint64_t{0});
   }
-  ASSERT_EQ(dropped, dropped_before + 1) << "the late answer reached the self-test's receive and was dropped; readyz: "
+  // At least one (a test of the daemon's own that took over 1 s would add one).
+  ASSERT_GE(dropped, dropped_before + 1) << "the late answer reached the self-test's receive and was dropped; readyz: "
                                          << r.body.dump(2);
   r = WaitReady();
   EXPECT_EQ(r.status, 200) << r.body.dump(2);
