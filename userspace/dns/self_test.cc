@@ -24,6 +24,9 @@ Bytes QuestionWire() {
   return q;
 }
 
+// The header's ID; the caller has checked there are at least 2 bytes.
+uint16_t IdOf(std::span<const uint8_t> m) { return static_cast<uint16_t>((m[0] << 8) | m[1]); }
+
 }  // namespace
 
 Bytes SelfTestQuery(uint16_t id) {
@@ -35,7 +38,7 @@ Bytes SelfTestQuery(uint16_t id) {
 
 absl::Status CheckSelfTestAnswer(std::span<const uint8_t> a, uint16_t id) {
   if (a.size() < 12) return absl::DataLossError(absl::StrCat("self-test answer of ", a.size(), " bytes"));
-  const uint16_t got_id = static_cast<uint16_t>((a[0] << 8) | a[1]);
+  const uint16_t got_id = IdOf(a);
   if (got_id != id) return absl::DataLossError(absl::StrCat("self-test answer for id ", got_id, ", asked ", id));
   if ((a[2] & 0x80) == 0) return absl::DataLossError("self-test answer is not a response (QR=0)");
   const uint16_t qdcount = static_cast<uint16_t>((a[4] << 8) | a[5]);
@@ -52,7 +55,7 @@ absl::Status CheckSelfTestAnswer(std::span<const uint8_t> a, uint16_t id) {
 }
 
 bool IsEarlierSelfTestAnswer(std::span<const uint8_t> answer, uint16_t id) {
-  return answer.size() >= 2 && static_cast<uint16_t>((answer[0] << 8) | answer[1]) != id;
+  return answer.size() >= 2 && IdOf(answer) != id;
 }
 
 }  // namespace egressd::dns
