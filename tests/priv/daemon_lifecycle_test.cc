@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -412,8 +413,22 @@ absl::Status SendUdpFromLoopbackPort(const std::string& netns, uint16_t from, ui
 // another id, sent from the proxy's address and port to the self-test's
 // socket (holding the daemon with SIGSTOP past the timeout produced the case
 // in 3-8 holds here, in none of 30 in a CI run).
+// The value of an unlabelled sample in Prometheus text; nullopt if absent.
+std::optional<uint64_t> MetricSample(const std::string& text, const std::string& name) {
+  for (absl::string_view l : absl::StrSplit(text, '\n')) {
+    if (absl::ConsumePrefix(&l, name + " ")) {
+      uint64_t v = 0;
+      if (absl::SimpleAtoi(l, &v)) return v;
+    }
+  }
+  return std::nullopt;
+}
+
 TEST_F(DaemonLifecycle, ASelfTestAnsweredAfterItsTimeoutDoesNotHoldReadyzAt503) {
-  StartDaemon();
+  // /metrics on the node's loopback, to see the operator's counter of such
+  // answers; a port of this run's own, below daemon_endpoints_test's range
+  // and the ephemeral ports.
+  StartDaemon({"--metrics-address", absl::StrCat("127.0.0.1:", 10000 + getpid() % 10000)});
   daemon::ClientResponse r = WaitReady();
   ASSERT_EQ(r.status, 200) << r.body.dump(2);
   auto ports = FindSelfTestSocket(daemon_->pid());
@@ -437,6 +452,21 @@ TEST_F(DaemonLifecycle, ASelfTestAnsweredAfterItsTimeoutDoesNotHoldReadyzAt503) 
   // At least one (a test of the daemon's own that took over 1 s would add one).
   ASSERT_GE(dropped, dropped_before + 1) << "the late answer reached the self-test's receive and was dropped; readyz: "
                                          << r.body.dump(2);
+  // Operators alert on it: /metrics carries the same count (between the
+  // status read above and one read after the scrape: tests go on meanwhile).
+  const std::string metrics_address = Call("GET", "/v1/status").body["metrics"].value("address", "");
+  ASSERT_TRUE(absl::StartsWith(metrics_address, "127.0.0.1:")) << metrics_address;
+  RunSpec scrape;
+  scrape.argv = {"curl", "-sS", "--max-time", "10", "http://" + metrics_address + "/metrics"};
+  scrape.netns = lab().node_netns();
+  scrape.timeout = 20s;
+  RunResult text = lab::Run(scrape);
+  ASSERT_EQ(text.exit_code, 0) << text.Describe();
+  const uint64_t after = Call("GET", "/v1/status").body["dns"].value("self_test_late_answers", uint64_t{0});
+  const std::optional<uint64_t> exported = MetricSample(text.out, "egressd_dns_self_test_late_answers_total");
+  ASSERT_TRUE(exported.has_value()) << text.out;
+  EXPECT_GE(*exported, dropped);
+  EXPECT_LE(*exported, after);
   r = WaitReady();
   EXPECT_EQ(r.status, 200) << r.body.dump(2);
   // And it stays so: the tests after read their own answers.

@@ -21,7 +21,11 @@ absl::Status Daemon::StartApiExtras() {
     EGR_ASSIGN_OR_RETURN(address, policy::ParseMetricsAddress(options_.metrics_address));
   }
   if (address) {
-    metrics_ = std::make_unique<MetricsServer>(io_, options_.paths);
+    metrics_ = std::make_unique<MetricsServer>(io_, options_.paths, [this] {
+      audit::DaemonFigures f;
+      if (dns_host_) f.dns_self_test_late_answers = dns_host_->self_test_late_answers();
+      return f;
+    });
     // Taking over: the old daemon's listener at this address, never a second
     // bind (it would fail while the old one listens, or open a gap after).
     if (taking_over_) {

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <optional>
+
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -22,8 +24,13 @@ namespace {
 
 class Scrape : public std::enable_shared_from_this<Scrape> {
  public:
-  Scrape(tcp::socket socket, const Paths& paths, std::shared_ptr<uint64_t> scrapes)
-      : socket_(std::move(socket)), timer_(socket_.get_executor()), paths_(paths), scrapes_(std::move(scrapes)) {}
+  Scrape(tcp::socket socket, const Paths& paths, std::shared_ptr<uint64_t> scrapes,
+         std::weak_ptr<std::function<audit::DaemonFigures()>> figures)
+      : socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        paths_(paths),
+        scrapes_(std::move(scrapes)),
+        figures_(std::move(figures)) {}
 
   void Read() {
     // A scraper that sends no whole request in time is closed.
@@ -54,7 +61,7 @@ class Scrape : public std::enable_shared_from_this<Scrape> {
       res_.result(http::status::method_not_allowed);
       res_.set(http::field::content_type, "text/plain");
       res_.body() = "GET only\n";
-    } else if (auto text = audit::RenderMetrics(paths_); !text.ok()) {
+    } else if (auto text = Render(); !text.ok()) {
       res_.result(http::status::internal_server_error);
       res_.set(http::field::content_type, "text/plain");
       res_.body() = text.status().ToString() + "\n";
@@ -77,10 +84,17 @@ class Scrape : public std::enable_shared_from_this<Scrape> {
     });
   }
 
+  absl::StatusOr<std::string> Render() {
+    std::optional<audit::DaemonFigures> daemon;
+    if (auto f = figures_.lock(); f && *f) daemon = (*f)();
+    return audit::RenderMetrics(paths_, daemon ? &*daemon : nullptr);
+  }
+
   tcp::socket socket_;
   asio::steady_timer timer_;
   Paths paths_;  // a copy: a scrape may outlive the server by a moment
   std::shared_ptr<uint64_t> scrapes_;
+  std::weak_ptr<std::function<audit::DaemonFigures()>> figures_;
   beast::flat_buffer buf_;
   http::request<http::string_body> req_;
   http::response<http::string_body> res_;
@@ -88,7 +102,10 @@ class Scrape : public std::enable_shared_from_this<Scrape> {
 
 }  // namespace
 
-MetricsServer::MetricsServer(asio::io_context& io, Paths paths) : io_(io), paths_(std::move(paths)) {}
+MetricsServer::MetricsServer(asio::io_context& io, Paths paths, std::function<audit::DaemonFigures()> figures)
+    : io_(io),
+      paths_(std::move(paths)),
+      figures_(std::make_shared<std::function<audit::DaemonFigures()>>(std::move(figures))) {}
 
 MetricsServer::~MetricsServer() {
   // The guard stays: it refuses an address and port nothing listens on, and
@@ -184,7 +201,7 @@ void MetricsServer::Accept() {
       }
       return;
     }
-    std::make_shared<Scrape>(std::move(socket), paths_, scrapes_)->Read();
+    std::make_shared<Scrape>(std::move(socket), paths_, scrapes_, figures_)->Read();
     Accept();
   });
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,13 +15,16 @@
 
 #include "absl/status/status.h"
 #include "userspace/common/node.h"
+#include "userspace/daemon/metrics_text.h"
 #include "userspace/net/ip.h"
 
 namespace egressd::daemon {
 
 class MetricsServer {
  public:
-  MetricsServer(boost::asio::io_context& io, Paths paths);
+  // `figures`: the daemon's own counters, read on the loop at each scrape
+  // (metrics_text.h DaemonFigures); empty: the pinned state alone.
+  MetricsServer(boost::asio::io_context& io, Paths paths, std::function<audit::DaemonFigures()> figures = {});
   ~MetricsServer();
   // Guards addr:port from every sandbox, then listens there.
   absl::Status Listen(const net::IpAddr& addr, uint16_t port);
@@ -48,6 +52,9 @@ class MetricsServer {
   std::string address_;
   net::IpAddr ip_;
   std::shared_ptr<uint64_t> scrapes_ = std::make_shared<uint64_t>(0);
+  // Shared with each scrape as a weak_ptr: a scrape that outlives the
+  // server (and the daemon the function reads) renders without them.
+  std::shared_ptr<std::function<audit::DaemonFigures()>> figures_;
   bool accepting_ = false;
 };
 

@@ -68,7 +68,7 @@ class Exposition {
 
 }  // namespace
 
-absl::StatusOr<std::string> RenderMetrics(const Paths& paths) {
+absl::StatusOr<std::string> RenderMetrics(const Paths& paths, const DaemonFigures* daemon) {
   EGR_ASSIGN_OR_RETURN(auto m, maps::PinnedMaps::Open(paths.pin_root));
   const maps::Counters c = maps::ReadCounters(m);
   EGR_ASSIGN_OR_RETURN(auto cgroups, maps::SandboxTable(m).List());
@@ -167,6 +167,12 @@ absl::StatusOr<std::string> RenderMetrics(const Paths& paths) {
   // them): their node-wide use, beside the maps' (egressd_map_entries).
   e.Family("egressd_declared_names", "gauge", "Names and wildcard rules the registered sandboxes declare, all together");
   e.Sample(control::DeclaredNames(records));
+  if (daemon) {
+    e.Family("egressd_dns_self_test_late_answers_total", "counter",
+             "DNS self-test answers that came after the test's 1 s timeout and were dropped by the next test: "
+             "each a moment readyz saw the proxy slower than readiness allows (this daemon process's count)");
+    e.Sample(daemon->dns_self_test_late_answers);
+  }
   return std::move(e).text();
 }
 

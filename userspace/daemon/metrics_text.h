@@ -6,6 +6,7 @@
 // (metrics.address); docs/audit.md lists them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -13,7 +14,19 @@
 
 namespace egressd::audit {
 
-absl::StatusOr<std::string> RenderMetrics(const Paths& paths);
+// Figures only a running daemon holds (its process's own counters, reset
+// when it restarts, as a Prometheus counter may be): on its /metrics after
+// the pinned state's families, never in `egressctl metrics`, which has no
+// daemon to ask.
+struct DaemonFigures {
+  // Self-test answers come after their 1 s timeout and dropped by the next
+  // test (/v1/status dns.self_test_late_answers): each one a moment the
+  // DNS proxy answered its own loop slower than readiness allows.
+  uint64_t dns_self_test_late_answers = 0;
+};
+
+// `daemon` null: the pinned state's families alone.
+absl::StatusOr<std::string> RenderMetrics(const Paths& paths, const DaemonFigures* daemon = nullptr);
 // Renders, then writes FILE.tmp and renames it over FILE (mode 0644: what a
 // node_exporter textfile collector or a scraper sidecar reads), so a reader
 // sees the whole previous file or the whole new one.
