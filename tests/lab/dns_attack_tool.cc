@@ -31,7 +31,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -184,14 +183,15 @@ int SpoofQuery(char** a) {
 }
 
 bool Hex(const char* text, Bytes* out) {
-  const std::string h = text;
-  if (h.empty() || h.size() % 2 != 0) return false;
-  for (size_t i = 0; i < h.size(); i += 2) {
-    char* end = nullptr;
-    const std::string pair = h.substr(i, 2);
-    const long v = std::strtol(pair.c_str(), &end, 16);
-    if (*end != '\0' || !std::isxdigit(static_cast<unsigned char>(pair[0]))) return false;
-    out->push_back(static_cast<uint8_t>(v));
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  const size_t n = std::strlen(text);
+  if (n == 0 || n % 2 != 0) return false;
+  for (size_t i = 0; i < n; i += 2) {
+    const int hi = nibble(text[i]), lo = nibble(text[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<uint8_t>(hi << 4 | lo));
   }
   return true;
 }
